@@ -1,0 +1,26 @@
+import os
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Softmax over the rows of a matrix."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=1)
+
+
+ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+batch_size, dim = (16384, 16384) if ON_GPU else (512, 4096)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim) * 4]
+
+
+def get_init_inputs():
+    return []
