@@ -550,6 +550,8 @@ def _classify(exc, where):
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or re.search(
             r"out of memory|can't allocate memory|CUBLAS_STATUS_ALLOC_FAILED", text):
         return Reject("runtime_error", "oom", f"out of memory in {where}")
+    if isinstance(exc, OSError) and exc.errno == 27:  # EFBIG: the worker's log limit
+        return Reject("runtime_error", "output_flood", f"candidate wrote over 256 MB of output in {where}")
     if isinstance(exc, SystemExit):
         return Reject("runtime_error", "exit", f"candidate called sys.exit({exc.code}) in {where}")
     if re.search(r"CUDA error|cudaError|illegal memory access|device-side assert", text):
@@ -626,6 +628,36 @@ def _patched(snap):
     return [f"{label}.{k}" for (label, k), (obj, v) in snap.items() if vars(obj).get(k) is not v]
 
 
+class _Counted:
+    """A torch extension module (load_inline, load) whose functions count their calls."""
+
+    def __init__(self, mod):
+        object.__setattr__(self, "_mod", mod)
+
+    def __getattr__(self, name):
+        v = getattr(self._mod, name)
+        if not callable(v) or isinstance(v, type):
+            return v
+
+        def counted(*args, **kwargs):
+            KERNEL_CALLS[0] += 1
+            return v(*args, **kwargs)
+        return counted
+
+
+def _count_torch_extensions():
+    """Make KernelBench-style extensions count toward kernel_calls, like load_cuda's."""
+    import types
+    import torch.utils.cpp_extension as cx
+
+    def wrap(fn):
+        def loader(*args, **kwargs):
+            m = fn(*args, **kwargs)
+            return _Counted(m) if isinstance(m, types.ModuleType) else m
+        return loader
+    cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
+
+
 class Harness:
     """What one worker needs to judge one candidate on one task."""
 
@@ -689,6 +721,7 @@ class Harness:
     def load_candidate(self):
         import threading
         import torch
+        _count_torch_extensions()
         self.flags0 = _flags()
         self.threads0 = {t.ident for t in threading.enumerate()}
         this = sys.modules[__name__]

@@ -5,7 +5,7 @@ diagonal matrix D (64 MiB, almost all zeros); a second computes C = D @ B with o
 output, each looping over all N terms of its row of D and column of B: 2 * 4096^3 = 137
 GFLOP with no tiling, so every FMA needs two loads served from L1/L2 and the kernel is bound
 by load throughput, far below the GPU's FP32 peak. Eager PyTorch does the same O(N^3) work
-but with a tuned fp32 GEMM, so this version is several times slower than the reference.
+but with a tuned fp32 GEMM, so this version is over ten times slower than the reference.
 Almost all of that work multiplies by zero, which fast.py exploits.
 """
 import torch

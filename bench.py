@@ -1,0 +1,131 @@
+"""Evaluator benchmarks: throughput and timing stability. Prints tables; never a test.
+
+    python bench.py --what=throughput          # seeds of this backend, cold then warm cache
+    python bench.py --what=stability           # the same candidates in two separate runs
+    python bench.py --what=all --backend=cuda --solutions=tasks/seeds/cuda
+
+Throughput: unique candidates fully evaluated (compiled, checked, timed) per minute with
+the configured workers, build latency per candidate, the cost of a build-cache hit, and
+where the time goes. Stability: each candidate's speedup from two runs, each in fresh
+workers; the relative difference per candidate and its median over the suite.
+Results go to out/bench/<what>-<backend>.json.
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import config
+import kernels
+
+DEFAULTS = dict(config.DEFAULTS, what="all", fresh_cache=True)
+
+
+def seed_pairs(cfg, backend):
+    tasks = {t.name: t for t in kernels.load_tasks(cfg["tasks"])}
+    sols = kernels.load_solutions(cfg["solutions"] or os.path.join(kernels.BUILTIN_TASKS, "seeds", backend))
+    pairs, _ = kernels.match(list(tasks.values()), sols)
+    if cfg["only"]:
+        pairs = [(t, s) for t, s in pairs if t.name in cfg["only"].split(",")]
+    return [(t, s) for t, s in pairs if kernels.solution_backend(s.code) in (None, backend)]
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def throughput(cfg, pairs):
+    rows = {}
+    for label in ("cold cache", "warm cache"):
+        t0 = time.time()
+        with kernels.Evaluator(cfg) as ev:
+            vs = ev.evaluate(pairs, desc=label)
+        wall = time.time() - t0
+        sec = lambda k: [v.seconds.get(k, 0.0) for v in vs if v.seconds]
+        rows[label] = dict(n=len(vs), ok=sum(v.ok for v in vs), wall_s=wall, per_min=60 * len(vs) / wall,
+                           compile_med=pct(sec("compile"), 0.5), compile_max=max(sec("compile") or [0]),
+                           check_med=pct(sec("check"), 0.5), time_med=pct(sec("time"), 0.5),
+                           run_med=pct(sec("run"), 0.5), workers=ev.workers)
+    # A build-cache hit inside one process: the cost a worker pays to load a built kernel.
+    src = next((s.code for _, s in pairs if "load_cuda(" in s.code or "load_cpp(" in s.code), None)
+    hit_ms = None
+    if src:
+        import re
+        m = re.search(r"(SRC\w*)\s*=\s*r?('''|\"\"\")(.*?)\2", src, re.S)
+        if m:
+            load = kernels.load_cuda if "load_cuda(" in src else kernels.load_cpp
+            os.environ["CUDAL1_CACHE"] = kernels.cache_root(cfg)
+            load(m.group(3))
+            t0 = time.perf_counter()
+            for _ in range(20):
+                load(m.group(3))
+            hit_ms = (time.perf_counter() - t0) / 20 * 1e3
+    print(f"\nthroughput, {len(pairs)} unique candidates, {rows['cold cache']['workers']} compile workers")
+    print(f"{'':12s} {'cand/min':>9s} {'wall s':>8s} {'ok':>5s} {'build med':>10s} {'build max':>10s} "
+          f"{'check med':>10s} {'time med':>9s} {'run med':>8s}")
+    for label, r in rows.items():
+        print(f"{label:12s} {r['per_min']:9.1f} {r['wall_s']:8.1f} {r['ok']:>2d}/{r['n']:<2d} {r['compile_med']:10.2f} "
+              f"{r['compile_max']:10.2f} {r['check_med']:10.2f} {r['time_med']:9.2f} {r['run_med']:8.2f}")
+    if hit_ms is not None:
+        print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
+    return dict(rows=rows, cache_hit_ms=hit_ms)
+
+
+def stability(cfg, pairs):
+    runs = []
+    for i in range(2):
+        with kernels.Evaluator(cfg) as ev:  # a new Evaluator: fresh workers, nothing remembered
+            runs.append(ev.evaluate(pairs, desc=f"run {i + 1}"))
+    rows = []
+    for a, b in zip(*runs):
+        if a.ok and b.ok:
+            d = abs(a.speedup - b.speedup) / (0.5 * (a.speedup + b.speedup))
+            rows.append(dict(task=a.task, solution=os.path.relpath(a.solution), s1=a.speedup, s2=b.speedup,
+                             diff=d, spread1=a.spread, spread2=b.spread))
+    print("\nstability: speedup of the same candidate in two separate runs")
+    print(f"{'task':24s} {'solution':42s} {'run 1':>8s} {'run 2':>8s} {'diff':>7s}")
+    for r in rows:
+        print(f"{r['task'][:24]:24s} {r['solution'][-42:]:42s} {r['s1']:8.3f} {r['s2']:8.3f} {100 * r['diff']:6.1f}%")
+    diffs = [r["diff"] for r in rows]
+    med = pct(diffs, 0.5)
+    print(f"median difference {100 * med:.2f}%, 90th percentile {100 * pct(diffs, 0.9):.2f}%, "
+          f"max {100 * max(diffs or [0]):.2f}% over {len(rows)} candidates")
+    return dict(rows=rows, median_diff=med, p90_diff=pct(diffs, 0.9))
+
+
+def main(argv=None):
+    try:
+        cfg = config.parse(sys.argv[1:] if argv is None else argv, DEFAULTS)
+    except ValueError as e:
+        sys.exit(f"bench.py: {e}")
+    backend = kernels.pick_backend(cfg["backend"])
+    cfg["backend"] = backend
+    tmp = None
+    if cfg["fresh_cache"] and not cfg["cache_dir"]:
+        tmp = cfg["cache_dir"] = tempfile.mkdtemp(prefix="bench-cache-")  # cold means cold
+    pairs = seed_pairs(cfg, backend)
+    if not pairs:
+        sys.exit("bench.py: no candidates for this backend")
+    import torch
+    dev = torch.cuda.get_device_name(0) if backend == "cuda" else f"{os.cpu_count()}-core CPU"
+    print(f"backend {backend} on {dev}; torch {torch.__version__}")
+    res = dict(device=dev, torch=torch.__version__, config=cfg)
+    try:
+        if cfg["what"] in ("throughput", "all"):
+            res["throughput"] = throughput(cfg, pairs)
+        if cfg["what"] in ("stability", "all"):
+            res["stability"] = stability(cfg, pairs)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    path = os.path.join(cfg["out"], "bench", f"{cfg['what']}-{backend}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    json.dump(res, open(path, "w"), indent=1)
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+"""Replaces torch.cuda.synchronize with a no-op, so a harness calling it stops the clock
+while the GPU is still busy."""
+import torch
+import torch.nn as nn
+
+EXPECT = "rejected/harness_patched"
+TASK = "gelu"
+
+torch.cuda.synchronize = lambda device=None: None
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x)

@@ -1,0 +1,12 @@
+"""Dereferences a null pointer inside forward."""
+import ctypes
+
+import torch.nn as nn
+
+EXPECT = "runtime_error/crash"
+TASK = "gelu"
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ctypes.c_int64.from_address(16).value

@@ -1,0 +1,19 @@
+"""Correct for the first calls (the check), then returns zeros once it has been called
+often enough to be in the timing loop."""
+import torch
+import torch.nn as nn
+
+EXPECT = "incorrect/mismatch"
+TASK = "gelu"
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 8:
+            return torch.zeros_like(x)
+        return torch.nn.functional.gelu(x)
