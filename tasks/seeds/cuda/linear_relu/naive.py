@@ -6,7 +6,8 @@ broadcast load, but W is stored (out, in), so the 32 threads of a warp read W[n.
 different rows 32 KiB apart. Every FMA needs its own loads with no deliberate reuse; only the
 L1/L2 caches soften the strided W traffic. The bias and ReLU are fused into the same thread,
 which is the only thing this version does better than eager PyTorch (cuBLAS SGEMM with a bias
-epilogue, then a separate ReLU pass). Expect it to be many times slower than eager.
+epilogue, then a separate ReLU pass). On an H100 it took 274 ms against eager's 2.7 ms: the
+strided W reads make it about 100x slower.
 """
 import torch
 import torch.nn as nn

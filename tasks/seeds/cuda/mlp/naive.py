@@ -6,7 +6,8 @@ linear kernel is a K-long dot product computed by one thread: x[m, k] is broadca
 warp, but W is stored (out, in), so a warp reads 32 different rows of W per step and nothing is
 reused on purpose, only by the caches. This makes the GEMMs load-bound, far below the FMA peak,
 and the separate GELU pass adds another read and write of the hidden layer. Eager PyTorch uses
-cuBLAS SGEMM for both layers plus one GELU pass; expect this version to be many times slower.
+cuBLAS SGEMM for both layers plus one GELU pass: on an H100 this took 279 ms against eager's
+2.9 ms, about 100x slower.
 """
 import torch
 import torch.nn as nn

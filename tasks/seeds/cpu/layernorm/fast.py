@@ -1,0 +1,47 @@
+"""LayerNorm over the last dim: vectorized sum and sum-of-squares passes, one fused FMA output pass.
+
+Analysis: TODO
+"""
+import torch
+import torch.nn as nn
+
+import kernels
+
+SRC = r'''
+#include <cmath>
+
+extern "C" void layernorm(const float* __restrict__ x, const float* __restrict__ w,
+                          const float* __restrict__ b, float* __restrict__ y,
+                          long rows, long cols, float eps) {
+    #pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; ++r) {
+        const float* xr = x + r * cols;
+        float* yr = y + r * cols;
+        float sum = 0.0f;                        // 16 partial sums per reduction, combined at the end
+        #pragma omp simd simdlen(16) reduction(+:sum)
+        for (long c = 0; c < cols; ++c)
+            sum += xr[c];
+        float mean = sum / cols, sq = 0.0f;
+        #pragma omp simd simdlen(16) reduction(+:sq)
+        for (long c = 0; c < cols; ++c)          // two-pass variance: the row is in L1 now
+            sq += (xr[c] - mean) * (xr[c] - mean);
+        float rstd = 1.0f / std::sqrt(sq / cols + eps);
+        #pragma omp simd simdlen(16)
+        for (long c = 0; c < cols; ++c)          // one multiply by rstd instead of a divide
+            yr[c] = (xr[c] - mean) * rstd * w[c] + b[c];
+    }
+}
+'''
+lib = kernels.load_cpp(SRC)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        lib.layernorm(x, self.ln.weight, self.ln.bias, y, x.shape[0], x.shape[1], self.ln.eps)
+        return y
