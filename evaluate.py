@@ -109,7 +109,8 @@ def main(argv=None):
         sys.exit(f"evaluate.py: {e}")
     t0 = time.time()
     try:
-        tasks = select(kernels.load_tasks(cfg["tasks"]), cfg["only"])
+        all_tasks = kernels.load_tasks(cfg["tasks"])
+        tasks = select(all_tasks, cfg["only"])
         solutions = kernels.load_solutions(cfg["solutions"]) if cfg["solutions"] else []
     except kernels.TaskError as e:
         sys.exit(f"evaluate.py: {e}")
@@ -127,13 +128,13 @@ def main(argv=None):
             summary = {"references_ok": len(verdicts) - len(bad), "n": len(verdicts)}
         else:
             # with --tasks left at its default, solutions carrying ref_code bring their own tasks
-            pairs, unmatched = kernels.match(tasks if cfg["tasks"] != "builtin" or not any(
+            pairs, unmatched = kernels.match(all_tasks if cfg["tasks"] != "builtin" or not any(
                 s.ref_code for s in solutions) else [], solutions)
             if unmatched:
                 print(f"{len(unmatched)} solution(s) match no task, skipped (e.g. {unmatched[0].name})")
             if cfg["only"]:
-                keep = {t.name for t in tasks}
-                pairs = [(t, s) for t, s in pairs if t.name in keep]
+                keep = {t.name for t in tasks} | {f"L{t.level}_{t.problem_id}" for t in tasks}
+                pairs = [(t, s) for t, s in pairs if t.name in keep or f"L{t.level}_{t.problem_id}" in keep]
             other = [(t, s) for t, s in pairs if kernels.solution_backend(s.code) not in (None, ev.backend)]
             if other:
                 print(f"{len(other)} solution(s) written for another backend than {ev.backend}, skipped")

@@ -700,16 +700,24 @@ class Harness:
             xs = list(self.task.get_inputs())
         return [x.to(self.dev) if isinstance(x, torch.Tensor) else x for x in xs]
 
+    def build(self, cls, seed):
+        """cls(*init_args) from `seed`, its parameters created on the device (initialising
+        big models on the host takes seconds); on the host if that fails."""
+        import torch
+        try:
+            torch.manual_seed(seed)
+            with torch.device(self.dev):
+                return cls(*self.init_args).to(self.dev)
+        except Exception:
+            torch.manual_seed(seed)
+            return cls(*self.init_args).to(self.dev)
+
     def models(self, seed):
         """Reference and candidate built from the same seed; the candidate gets the
         reference's weights when its state_dict has the same names and shapes."""
-        import torch
-        torch.manual_seed(seed)
-        ref = self.task.Model(*self.init_args).to(self.dev)
-        torch.manual_seed(seed)
+        ref = self.build(self.task.Model, seed)
         try:
-            new = self.sol.ModelNew(*self.init_args)
-            new = new.to(self.dev)
+            new = self.build(self.sol.ModelNew, seed)
         except Exception as e:
             raise _classify(e, "ModelNew.__init__") from e
         rs, ns = ref.state_dict(), new.state_dict()
@@ -1111,8 +1119,7 @@ def run_job(job):
     with torch.no_grad():
         try:
             h.load_task()
-            torch.manual_seed(job["seed"])
-            ref = h.task.Model(*h.init_args).to(h.dev)
+            ref = h.build(h.task.Model, job["seed"])
             out = ref(*h.inputs(job["seed"]))  # warms the reference's libraries up, too
             h.out_specs = [(t.numel() * t.element_size(), t.dtype) for t in _tensors(out)]
             h.sync()
@@ -1186,8 +1193,7 @@ def reference_job(job):
     with torch.no_grad():
         try:
             h.load_task()
-            torch.manual_seed(job["seed"])
-            ref = h.task.Model(*h.init_args).to(h.dev)
+            ref = h.build(h.task.Model, job["seed"])
             xs = h.inputs(job["seed"])
             h.sync()
             t0 = h.clock()
@@ -1230,6 +1236,10 @@ def _child_main(kind, conn, job):
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
+    if not (kind != "compile" and job["backend"] == "cuda"):  # CUDA maps huge address ranges
+        # a candidate asking for terabytes gets an error, not the machine's OOM killer
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        resource.setrlimit(resource.RLIMIT_AS, (ram, ram))
     try:
         if job["backend"] == "cpu" and kind == "run":
             _cpu_worker_setup(job)
@@ -1511,7 +1521,8 @@ class Evaluator:
         queues[phases[0]].extend(items)
         for it in items:
             it["seconds"] = {}
-        free = list(range(len(self.gpus)))
+        # untimed reference runs may share a GPU two at a time; timed runs never do
+        free = list(range(len(self.gpus))) * (2 if phases == ["reference"] and self.backend == "cuda" else 1)
         active = []
         exclusive = self.backend == "cpu"  # CPU timings must not share the cores with builds
         try:

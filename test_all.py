@@ -17,6 +17,7 @@ import time
 import pytest
 import torch
 
+import bench
 import config
 import evaluate
 import kernels
@@ -348,45 +349,11 @@ def test_seeds_pass_cuda(cache, tasks):
 
 # ---------------------------------------------------------------------------- KernelBench's own format
 
-LOAD_INLINE_CPU = '''
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-src = """
-#include <torch/extension.h>
-torch::Tensor swish_bias(torch::Tensor x, torch::Tensor b) {
-    auto y = torch::empty_like(x);
-    const float* xp = x.data_ptr<float>(); const float* bp = b.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
-    long rows = x.size(0), cols = x.size(1);
-    #pragma omp parallel for
-    for (long r = 0; r < rows; r++)
-        for (long c = 0; c < cols; c++) {
-            float v = xp[r * cols + c];
-            yp[r * cols + c] = v / (1.0f + std::exp(-v)) + bp[c];
-        }
-    return y;
-}
-"""
-ext = load_inline("swish_bias_ext", cpp_sources=src, functions=["swish_bias"],
-                  extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"])
-
-
-class ModelNew(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(dim))
-
-    def forward(self, x):
-        return ext.swish_bias(x.contiguous(), self.bias)
-'''
-
-
-def test_load_inline_solution_cpu(cache, tasks):
-    """KernelBench-style load_inline solutions work unchanged (one ~30 s torch build)."""
-    with make_eval(cache, "cpu", require_kernel=True) as ev:
-        [v] = ev.evaluate([(tasks["swish_bias"], LOAD_INLINE_CPU)])
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=[gpu, needs_cuda])])
+def test_load_inline_solution(cache, tasks, backend):
+    """KernelBench-style load_inline solutions work unchanged (one slow torch build)."""
+    with make_eval(cache, backend, require_kernel=True) as ev:
+        [v] = ev.evaluate([(tasks["gelu"], bench.INLINE[backend])])
     assert v.ok, f"{v.status}/{v.reason}: {v.message}\n{v.log}"
     assert v.kernel_calls > 0
 

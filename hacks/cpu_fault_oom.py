@@ -1,4 +1,4 @@
-"""Asks for eight terabytes."""
+"""Asks for eight terabytes of host memory (the worker's address-space limit refuses it)."""
 import torch
 import torch.nn as nn
 
