@@ -100,6 +100,7 @@ def throughput(cfg, pairs):
         wall = time.time() - t0
         sec = lambda k: [v.seconds.get(k, 0.0) for v in vs if v.seconds]
         rows[label] = dict(n=len(vs), ok=sum(v.ok for v in vs), wall_s=wall, per_min=60 * len(vs) / wall,
+                           each={os.path.relpath(v.solution): v.seconds for v in vs},
                            compile_med=pct(sec("compile"), 0.5), compile_max=max(sec("compile") or [0]),
                            check_med=pct(sec("check"), 0.5), time_med=pct(sec("time"), 0.5),
                            run_med=pct(sec("run"), 0.5), workers=ev.workers)
