@@ -18,6 +18,7 @@ import tempfile
 import time
 
 import config
+import evaluate
 import kernels
 
 DEFAULTS = dict(config.DEFAULTS, what="all", fresh_cache=True)
@@ -81,8 +82,7 @@ def seed_pairs(cfg, backend):
     tasks = {t.name: t for t in kernels.load_tasks(cfg["tasks"])}
     sols = kernels.load_solutions(cfg["solutions"] or os.path.join(kernels.BUILTIN_TASKS, "seeds", backend))
     pairs, _ = kernels.match(list(tasks.values()), sols)
-    if cfg["only"]:
-        pairs = [(t, s) for t, s in pairs if t.name in cfg["only"].split(",")]
+    pairs = [(t, s) for t, s in pairs if evaluate.wanted(t, cfg["only"])]
     return [(t, s) for t, s in pairs if kernels.solution_backend(s.code) in (None, backend)]
 
 

@@ -95,11 +95,10 @@ def report(verdicts):
     return out
 
 
-def select(tasks, only):
-    if not only:
-        return tasks
+def wanted(task, only):
+    """--only: comma list of task names or KernelBench ids (L1_19); empty keeps all."""
     keep = set(only.split(","))
-    return [t for t in tasks if t.name in keep or f"L{t.level}_{t.problem_id}" in keep]
+    return not only or task.name in keep or (task.level is not None and f"L{task.level}_{task.problem_id}" in keep)
 
 
 def main(argv=None):
@@ -110,7 +109,7 @@ def main(argv=None):
     t0 = time.time()
     try:
         all_tasks = kernels.load_tasks(cfg["tasks"])
-        tasks = select(all_tasks, cfg["only"])
+        tasks = [t for t in all_tasks if wanted(t, cfg["only"])]
         solutions = kernels.load_solutions(cfg["solutions"]) if cfg["solutions"] else []
     except kernels.TaskError as e:
         sys.exit(f"evaluate.py: {e}")
@@ -132,9 +131,7 @@ def main(argv=None):
                 s.ref_code for s in solutions) else [], solutions)
             if unmatched:
                 print(f"{len(unmatched)} solution(s) match no task, skipped (e.g. {unmatched[0].name})")
-            if cfg["only"]:
-                keep = {t.name for t in tasks} | {f"L{t.level}_{t.problem_id}" for t in tasks}
-                pairs = [(t, s) for t, s in pairs if t.name in keep or f"L{t.level}_{t.problem_id}" in keep]
+            pairs = [(t, s) for t, s in pairs if wanted(t, cfg["only"])]
             other = [(t, s) for t, s in pairs if kernels.solution_backend(s.code) not in (None, ev.backend)]
             if other:
                 print(f"{len(other)} solution(s) written for another backend than {ev.backend}, skipped")
@@ -155,4 +152,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit("\nevaluate.py: interrupted; workers stopped, no results written")
+    except ValueError as e:
+        sys.exit(f"evaluate.py: {e}")

@@ -1241,7 +1241,10 @@ def _standby_main(conn, env, cores):
         torch.empty(1, device="cuda")
     except Exception:
         pass  # the job will meet the same error and report it
-    msg = conn.recv()
+    try:
+        msg = conn.recv()
+    except EOFError:  # the evaluator went away
+        os._exit(0)
     if msg is None:
         os._exit(0)
     _child_main(msg[0], conn, msg[1])
@@ -1364,7 +1367,7 @@ class Evaluator:
             n = torch.cuda.device_count()
             self.gpus = [int(g) for g in self.cfg["gpus"].split(",")] if self.cfg["gpus"] else list(range(n))
             if not self.gpus:
-                raise RuntimeError("backend cuda but no GPU visible")
+                raise ValueError("backend cuda, but no GPU is visible")
             arch = _gpu_arch(self.gpus[0])
             self.env.update(KERNELS_CUDA_ARCH=arch, TORCH_CUDA_ARCH_LIST=f"{arch[:-1]}.{arch[-1]}")
             # Two cores per GPU for its timing worker, the rest for compilers: builds then
