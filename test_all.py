@@ -358,6 +358,16 @@ def test_load_inline_solution(cache, tasks, backend):
     assert v.kernel_calls > 0
 
 
+def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
+    """Compiling the reference wraps torch functions (dynamo); that must not read as the
+    candidate patching the harness."""
+    honest = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
+             "        return torch.nn.functional.gelu(x)\n"
+    with make_eval(cache, "cpu", baseline="compile") as ev:
+        [v] = ev.evaluate([(tasks["gelu"], honest)])
+    assert v.ok, f"{v.status}/{v.reason}: {v.message}"
+
+
 # ---------------------------------------------------------------------------- evaluate.py
 
 def test_evaluate_cli_writes_results(cache, tmp_path):
