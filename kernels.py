@@ -22,6 +22,7 @@ headers, compiled straight with nvcc (or g++) and called through ctypes:
 torch.utils.cpp_extension.load_inline solutions (KernelBench's format) work unchanged.
 """
 import ast
+import copy
 import ctypes
 import hashlib
 import json
@@ -31,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 from dataclasses import asdict, dataclass, field
 
 import config
@@ -562,7 +564,6 @@ def _classify(exc, where):
 
 def _candidate_traceback(exc, filename):
     """The traceback trimmed to the candidate's own frames and the error line."""
-    import traceback
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
     lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
     return "".join(lines)
@@ -592,6 +593,12 @@ def _tensors(x):
     if isinstance(x, (list, tuple)):
         return [t for e in x for t in _tensors(e)]
     return []
+
+
+def _double(xs):
+    """Inputs for the float64 reference: floating tensors in float64, the rest as they are."""
+    import torch
+    return [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
 
 
 def _flags():
@@ -876,7 +883,6 @@ def poison(specs, dev, copies=2):
 
 def _poisoned(t):
     """Number of elements of a float tensor whose bytes are all ones (the poison)."""
-    import torch
     if not t.dtype.is_floating_point or t.numel() == 0:
         return 0
     return int((_bits(t) == -1).sum().item()) if t.element_size() > 1 else 0
@@ -932,7 +938,6 @@ def compare(out, ref32, ref64, allow_lowp, where):
 
 def fingerprint(out):
     """A cheap identity of an output's values, to spot results replayed from a cache."""
-    import torch
     ts = _tensors(out)
     return [(tuple(t.shape), t.double().sum().item(),
              t.reshape(-1)[:: max(1, t.numel() // 4096)].double().cpu()) for t in ts]
@@ -948,7 +953,6 @@ def run_checks(h):
     """Correctness (DESIGN.md 4): several weight seeds, fresh input sets each, candidate
     called first on every set (so no reference result sits in freed memory), with checks
     for side streams, mutated inputs, cached results and rebinding. Returns models to time."""
-    import copy
     import time
     import torch
     cfg, seed0 = h.cfg, h.job["seed"]
@@ -962,8 +966,9 @@ def run_checks(h):
         except Exception:
             ref64 = None
         prints = []  # (candidate, reference) fingerprints of this seed's calls
+        xs = None
         for k in range(cfg["check_inputs"] + 1):
-            refill = k == cfg["check_inputs"]  # last round: same tensors, new values
+            refill = 0 < k == cfg["check_inputs"]  # last round: same tensors, new values
             fresh = h.inputs(seed0 + 1000 * s + k + 1)
             if refill:  # caches keyed by address, id or shape hit here and replay old results
                 for x, f in zip(xs, fresh):
@@ -998,8 +1003,7 @@ def run_checks(h):
             r64 = r32
             if ref64 is not None:
                 try:
-                    r64 = ref64(*[c.double() if isinstance(c, torch.Tensor) and c.is_floating_point()
-                                  else c for c in clones])
+                    r64 = ref64(*_double(clones))
                 except Exception:  # ops without float64 support: compare in the task's dtype
                     ref64, r64 = None, r32
                     if h.cuda:
@@ -1136,7 +1140,7 @@ def run_job(job):
         except Exception as e:
             return dict(status="task_error", reason="reference_failed",
                         message=f"the reference failed: {type(e).__name__}: {str(e)[:300]}",
-                        log=trim_log(__import__("traceback").format_exc()))
+                        log=trim_log(traceback.format_exc()))
         try:
             h.load_candidate()
             t1 = h.clock()
@@ -1166,7 +1170,6 @@ def run_job(job):
 def run_checks_post(h, ref, new):
     """One more fresh input set after timing: a candidate that turns wrong once it has been
     checked (counting calls, say) is caught here."""
-    import torch
     xs = h.inputs(h.job["seed"] + 999)
     poison(h.out_specs, h.dev)
     try:
@@ -1176,8 +1179,7 @@ def run_checks_post(h, ref, new):
         raise _classify(e, "ModelNew.forward after timing") from e
     r32 = ref(*xs)
     try:
-        r64 = __import__("copy").deepcopy(ref).double()(
-            *[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs])
+        r64 = copy.deepcopy(ref).double()(*_double(xs))
     except Exception:
         r64 = r32
     compare(out, r32, r64, h.cfg["allow_lowp"], "check after timing")
@@ -1212,7 +1214,7 @@ def reference_job(job):
         except Exception as e:
             r = _classify(e, "the reference")
             return dict(status="task_error", reason=r.reason, message=r.message,
-                        log=trim_log(__import__("traceback").format_exc()))
+                        log=trim_log(traceback.format_exc()))
     shapes = [tuple(t.shape) for t in _tensors(out)]
     return dict(status="ok", ref_ms=ms, message=f"output {shapes}")
 
@@ -1275,7 +1277,6 @@ def _child_main(kind, conn, job):
             _cpu_worker_setup(job)
         res = {"compile": compile_job, "run": run_job, "reference": reference_job}[kind](job)
     except BaseException as e:
-        import traceback
         res = dict(status="runtime_error", reason="harness", message=f"{type(e).__name__}: {e}"[:300],
                    log=trim_log(traceback.format_exc()))
     try:
