@@ -3,6 +3,7 @@
     python bench.py --what=throughput          # seeds of this backend, cold then warm cache
     python bench.py --what=stability           # the same candidates in two separate runs
     python bench.py --what=all --backend=cuda --solutions=tasks/seeds/cuda
+    python bench.py --what=gpus --backend=cuda  # evaluator throughput on 1 GPU vs all GPUs
 
 Throughput: unique candidates fully evaluated (compiled, checked, timed) per minute with
 the configured workers, build latency per candidate, the cost of a build-cache hit, and
@@ -18,7 +19,6 @@ import tempfile
 import time
 
 import config
-import evaluate
 import kernels
 
 DEFAULTS = dict(config.DEFAULTS, what="all", fresh_cache=True)
@@ -79,10 +79,9 @@ class ModelNew(nn.Module):
 
 
 def seed_pairs(cfg, backend):
-    tasks = {t.name: t for t in kernels.load_tasks(cfg["tasks"])}
+    tasks = {t.name: t for t in kernels.select(kernels.load_tasks(cfg["tasks"]), cfg["only"])}
     sols = kernels.load_solutions(cfg["solutions"] or os.path.join(kernels.BUILTIN_TASKS, "seeds", backend))
     pairs, _ = kernels.match(list(tasks.values()), sols)
-    pairs = [(t, s) for t, s in pairs if evaluate.wanted(t, cfg["only"])]
     return [(t, s) for t, s in pairs if kernels.solution_backend(s.code) in (None, backend)]
 
 
@@ -158,6 +157,36 @@ def stability(cfg, pairs):
     return dict(rows=rows, median_diff=med, p90_diff=pct(diffs, 0.9))
 
 
+def gpu_scaling(cfg, pairs):
+    """Evaluator throughput on GPU 0 alone and on every visible GPU, the same candidates
+    with a warm build cache, so the GPU phase is what is measured; and how far each
+    candidate's speedup moved between the two runs."""
+    import torch
+    n = torch.cuda.device_count()
+    with kernels.Evaluator(dict(cfg, gpus="0", time_candidates=False, progress=False)) as ev:
+        ev.evaluate(pairs)  # builds everything into the cache
+    runs = {}
+    for gpus in ["0", ",".join(str(i) for i in range(n))] if n > 1 else ["0"]:
+        with kernels.Evaluator(dict(cfg, gpus=gpus)) as ev:
+            t0 = time.time()
+            vs = ev.evaluate(pairs, desc=f"GPUs {gpus}")
+            runs[gpus] = dict(seconds=time.time() - t0, verdicts=vs)
+    print(f"\n{'GPUs':8s} {'candidates':>10s} {'ok':>4s} {'wall s':>8s} {'cand/min':>9s} {'scaling':>8s}")
+    base = None
+    for gpus, r in runs.items():
+        rate = 60 * len(pairs) / r["seconds"]
+        base = base or rate
+        print(f"{gpus:8s} {len(pairs):10d} {sum(v.ok for v in r['verdicts']):4d} {r['seconds']:8.1f} {rate:9.1f} "
+              f"{rate / base:7.2f}x")
+    out = {g: dict(seconds=r["seconds"], speedups=[v.speedup for v in r["verdicts"]]) for g, r in runs.items()}
+    if len(runs) == 2:
+        a, b = (r["verdicts"] for r in runs.values())
+        diffs = [abs(x.speedup - y.speedup) / max(x.speedup, y.speedup) for x, y in zip(a, b) if x.ok and y.ok]
+        print(f"speedup difference per candidate, 1 GPU vs {n}: median {100 * pct(diffs, 0.5):.1f}%, "
+              f"90th percentile {100 * pct(diffs, 0.9):.1f}%")
+    return out
+
+
 def main(argv=None):
     try:
         cfg = config.parse(sys.argv[1:] if argv is None else argv, DEFAULTS)
@@ -180,6 +209,8 @@ def main(argv=None):
             res["throughput"] = throughput(cfg, pairs)
         if cfg["what"] in ("stability", "all"):
             res["stability"] = stability(cfg, pairs)
+        if cfg["what"] == "gpus":
+            res["gpus"] = gpu_scaling(cfg, pairs)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -31,6 +31,66 @@ DEFAULTS = dict(
     spread_limit=0.05,       # rounds disagreeing by more than this get more rounds
     suspicious_speedup=10.0, # speedups above this are measured again, longer
     baseline="eager",        # eager | compile: what the reference is timed as
+    time_candidates=True,    # false: check correctness only (Stage 1/2 filtering ignores speed)
+    # --- the policy (policy.py) ---
+    model="",                # "" = the tiny built-in model; else a local path or hub name
+    device="auto",           # auto | cuda | cpu
+    dtype="auto",            # auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
+    tiny_dim=192,            # the tiny built-in model: width, layers, heads, vocabulary
+    tiny_layers=4,
+    tiny_heads=4,
+    tiny_vocab=16384,
+    max_len=3072,            # prompt + completion tokens, at most
+    temperature=0.7,         # sampling
+    top_p=0.95,
+    max_new_tokens=1536,
+    gen_batch=8,             # prompts per generate() call
+    # --- Stage 1 (sft.py) ---
+    teachers="builtin",      # comma list: builtin | file:<jsonl> | hf:<path-or-name> | openai:<base_url>
+    teacher_model="",        # model name for openai: teachers
+    api_key_env="OPENAI_API_KEY",  # environment variable holding the openai: key
+    teacher_timeout=600.0,   # seconds per openai: request
+    attempts=20,             # K: attempts per task per teacher (the paper's 20)
+    keep=2,                  # successful variants kept per task per teacher (the paper's 2)
+    mutate=True,             # builtin teacher: also emit mutated seeds (launch sizes, unrolling)
+    sft_exemplars=0,         # show up to this many timed dataset variants in Stage 1 prompts (0 = the paper)
+    lr=2e-3,
+    weight_decay=0.0,
+    warmup=20,               # warmup steps, then cosine decay to 10% of lr
+    epochs=30,
+    batch_size=2,
+    grad_accum=1,
+    grad_clip=1.0,
+    ckpt_every=100,          # steps between checkpoints
+    log_every=10,            # steps between printed log lines (log.jsonl has every step)
+    seed=0,
+    init_from="",            # checkpoint to start from ("" = the previous stage's output)
+    # --- Stage 2 (selftrain.py) ---
+    st_rounds=3,             # rounds of sample -> judge -> fine-tune on successes
+    st_samples=4,            # samples per task per round
+    st_epochs=2,             # epochs over each round's successes
+    st_lr=2e-4,
+    # --- Stage 3 (crl.py) ---
+    crl_steps=20,            # RL steps
+    crl_tasks_per_step=6,    # prompts (tasks) per step, split over ranks
+    crl_samples=4,           # G: samples per prompt
+    crl_lr=1e-4,
+    crl_temperature=1.0,     # sampling temperature in Stage 3 (exploration)
+    crl_micro_batch=8,       # sequences per forward/backward in the update
+    ppo_epochs=2,            # inner epochs (optimizer steps) per batch
+    clip_eps=0.2,            # PPO ratio clip
+    beta=0.0,                # k3 KL to the frozen starting model (0 = no reference model loaded)
+    dr_grpo=False,           # Dr. GRPO: no std scaling, constant normaliser
+    reward_clip=1.5,         # k in r_hat = clip((r - mean) / std, -k, k) (the paper's 1.5)
+    exemplars="bucket",      # bucket | random (the ablation)
+    n_exemplars=2,           # N: earlier variants shown per prompt (the paper's 2)
+    bucket_width=0.25,       # speedup width of a score bucket
+    tau=1.0,                 # bucket sampling temperature
+    crl_ckpt_every=1,        # steps between checkpoints (1: a kill loses at most the step in flight)
+    dump_every=5,            # steps between sample dumps (samples/step_<n>_rank<r>.jsonl)
+    checkpoint="",           # evaluate.py model mode: checkpoint(s) to sample from, comma list ("base" = --model)
+    samples=0,               # evaluate.py model mode: k samples per task (0 = solutions mode)
+    exemplars_db="",         # evaluate.py model mode: show exemplars from this crl db.jsonl
     # --- evaluate.py ---
     tasks="builtin",         # builtin | tasks folder | KernelBench folder | .py | .jsonl
     solutions="",            # .py | folder | .jsonl (incl. the CUDA-L1 release layout)
@@ -41,8 +101,16 @@ DEFAULTS = dict(
 )
 
 PRESETS = {
-    # The offline default: built-in suite, backend picked from the machine.
-    "small": dict(),
+    # The offline default: tiny built-in model, built-in suite, backend picked from the machine.
+    # The tiny model's replies are at most ~110 tokens (its tokenizer packs whole lines), so
+    # a 256-token cap stops a runaway sample early; tasks run in milliseconds, so a candidate
+    # still running after 60 s is stuck.
+    "small": dict(attempts=8, keep=3, sft_exemplars=2, st_rounds=2, crl_steps=20, crl_lr=2e-4, beta=0.04,
+                  gen_batch=24, max_new_tokens=256, run_timeout=60.0, compile_timeout=120.0),
+    # A real coder model on one GPU, where you have its weights (local path or hub cache).
+    "qwen1.5b": dict(model="Qwen/Qwen2.5-Coder-1.5B-Instruct", lr=1e-5, weight_decay=0.01, epochs=2,
+                     batch_size=2, grad_accum=8, warmup=10, max_len=6144, max_new_tokens=3072,
+                     temperature=0.8),
     # Full KernelBench problems are large; give them room.
     "kernelbench": dict(run_timeout=900.0, check_inputs=1),
 }
@@ -101,6 +169,18 @@ def parse(argv, defaults=DEFAULTS):
 
 # `--config NAME` is a setting like any other, so unknown-key checks accept it.
 DEFAULTS["config"] = "default"
+
+
+def cli(run, argv, prog):
+    """A script's main(): parse argv, run, and turn bad input (a ValueError, a missing
+    file) into one clear line and exit status 1 instead of a traceback."""
+    import sys
+    try:
+        return run(parse(sys.argv[1:] if argv is None else argv))
+    except (ValueError, FileNotFoundError) as e:  # kernels.TaskError is a ValueError
+        sys.exit(f"{prog}: {e}")
+    except KeyboardInterrupt:  # checkpoints and logs already on disk stay; workers are stopped
+        sys.exit(f"\n{prog}: interrupted; run the same command to resume from the last checkpoint")
 
 
 def save(cfg, path):

@@ -1,6 +1,11 @@
-"""Score solutions on a task set, honestly: success rate, speedups, fast_p, rejection reasons.
+"""Score solutions, or a model's samples, on a task set: success rate, speedups, fast_p,
+rejection reasons.
 
     python evaluate.py --tasks builtin --solutions tasks/seeds/cpu
+    python evaluate.py --checkpoint out/small/sft --samples 4         # model mode: k samples per task
+    python evaluate.py --samples 4                                    # the untrained tiny model
+    python evaluate.py --samples 4 --checkpoint base,out/small/sft,out/small/selftrain,out/small/crl
+    python evaluate.py --samples 4 --checkpoint out/small/crl --exemplars_db out/small/crl/db.jsonl
     python evaluate.py --tasks builtin --solutions tasks/seeds/cuda --baseline compile
     python evaluate.py --tasks ../KernelBench/KernelBench/level1 --solutions runs/level1
     python evaluate.py --solutions cuda_l1_h100.jsonl      # records carry their own ref_code
@@ -11,10 +16,12 @@ Settings are config.py's (`--key=value`); the full results go to out/evaluate/<t
 import json
 import math
 import os
+import random
 import sys
 import time
 
 import config
+import crl
 import kernels
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -95,10 +102,84 @@ def report(verdicts):
     return out
 
 
-def wanted(task, only):
-    """--only: comma list of task names or KernelBench ids (L1_19); empty keeps all."""
-    keep = set(only.split(","))
-    return not only or task.name in keep or (task.level is not None and f"L{task.level}_{task.problem_id}" in keep)
+def sample_pairs(cfg, tasks, backend, checkpoint):
+    """Model mode: k samples per task from one checkpoint ("" or "base": --model, and with
+    no --model the tiny built-in model, untrained) -> ([(Task, Solution)], [Verdict for
+    unusable responses], [sample records]). With --exemplars_db (a crl.py db.jsonl) the
+    prompts show exemplars from it, bucket-sampled as in Stage 3."""
+    import policy
+    import prompts
+    model, tok = policy.load(cfg, checkpoint if checkpoint not in ("", "base") else None)
+    db = crl.Database(cfg["exemplars_db"], repair=False) if cfg["exemplars_db"] else None
+    rng = random.Random(cfg["seed"])
+    msgs = [prompts.task_prompt(t.code, backend, crl.pick_exemplars(db, t, cfg, rng) if db else ())
+            for t in tasks]
+    t0 = time.time()
+    outs = policy.generate(model, tok, msgs, cfg, n=cfg["samples"], desc=f"sampling {checkpoint or 'base'}")
+    print(f"{checkpoint or 'base model'}: sampled {cfg['samples']} x {len(tasks)} in {time.time() - t0:.0f} s")
+    del model
+    pairs, failed, samples = [], [], []
+    for task, group in zip(tasks, outs):
+        for j, s in enumerate(group):
+            name = f"{checkpoint or 'base'}:{task.name}/sample{j}"
+            p = prompts.parse_response(s["text"])
+            samples.append(dict(checkpoint=checkpoint, task=task.name, sample=j, text=s["text"],
+                                finished=s["finished"], parse_error=p.error))
+            if p.code is None:
+                failed.append(kernels.Verdict(task.name, name, "compile_error", p.error.split(":")[0], p.error))
+            else:
+                pairs.append((task, kernels.Solution(p.code, name)))
+    return pairs, failed, samples
+
+
+def sharded(ev, pairs, rank, world, desc="evaluating"):
+    """Under torchrun each rank judges every world-th pair on its own GPU; every rank gets
+    all verdicts back, in order."""
+    mine = ev.evaluate(pairs[rank::world], desc=desc) if pairs[rank::world] else []
+    parts = crl.all_gather([v.to_dict() for v in mine], world)
+    out = [None] * len(pairs)
+    for r, part in enumerate(parts):
+        out[r::world] = [kernels.Verdict(**d) for d in part]
+    return out
+
+
+def model_mode(cfg, tasks, ev, rank, world):
+    """Sample and judge each checkpoint in --checkpoint (a comma list) with one evaluator:
+    code two checkpoints both produce is measured once, so their numbers differ only where
+    their samples do. Under torchrun each rank samples its share of the tasks.
+    -> (verdicts, summary, samples)"""
+    order = {t.name: i for i, t in enumerate(tasks)}
+    verdicts, summary, samples = [], {}, []
+    for ck in cfg["checkpoint"].split(",") if cfg["checkpoint"] else [""]:
+        pairs, failed, smp = sample_pairs(cfg, tasks[rank::world], ev.backend, ck.strip())
+        parts = crl.all_gather(dict(pairs=[(t.name, s.code, s.name) for t, s in pairs],
+                                    failed=[v.to_dict() for v in failed], samples=smp), world)
+        by_name = {t.name: t for t in tasks}
+        pairs = [(by_name[t], kernels.Solution(c, n)) for p in parts for t, c, n in p["pairs"]]
+        failed = [kernels.Verdict(**d) for p in parts for d in p["failed"]]
+        vs = sorted(sharded(ev, pairs, rank, world, f"judging {ck or 'base'}") + failed,
+                    key=lambda v: (order[v.task], v.solution))
+        if rank == 0:
+            print()
+            summary[ck or "base"] = report(vs)
+        verdicts += vs
+        samples += [s for p in parts for s in p["samples"]]
+    if len(summary) > 1 and rank == 0:
+        cks = list(summary)
+        print("\nmean speedup per task (failures as 0)")
+        print(f"{'task':26s}" + "".join(f" {ck[-14:]:>14s}" for ck in cks))
+        for t in tasks:
+            row = [[v.speedup if v.ok else 0.0 for v in verdicts
+                    if v.task == t.name and v.solution.startswith((ck or "base") + ":")] for ck in cks]
+            print(f"{t.name[:26]:26s}" + "".join(f" {sum(r) / max(1, len(r)):14.3f}" for r in row))
+        print("\ncomparison (k samples per task; mean counts failures as 0; flagged tasks excluded)")
+        print(f"{'checkpoint':32s} {'success':>8s} {'mean':>7s} {'median':>7s} {'max':>7s} {'fast_1':>7s} "
+              f"{'best-of-k mean':>15s}")
+        for ck, s in summary.items():
+            a, b = s["all"], s.get("best_per_task", s["all"])
+            print(f"{ck[-32:]:32s} {a['success_rate']:8.2f} {a['mean_speedup']:7.3f} {a['median_speedup']:7.3f} "
+                  f"{a['max_speedup']:7.2f} {a['fast_p']['1.0']:7.2f} {b['mean_speedup']:15.3f}")
+    return verdicts, summary, samples
 
 
 def main(argv=None):
@@ -106,47 +187,61 @@ def main(argv=None):
         cfg = config.parse(sys.argv[1:] if argv is None else argv)
     except ValueError as e:
         sys.exit(f"evaluate.py: {e}")
+    rank, world, cfg = crl.dist_setup(cfg)  # under torchrun: one GPU and a share of the cores per rank
     t0 = time.time()
     try:
         all_tasks = kernels.load_tasks(cfg["tasks"])
-        tasks = [t for t in all_tasks if wanted(t, cfg["only"])]
+        tasks = kernels.select(all_tasks, cfg["only"])
         solutions = kernels.load_solutions(cfg["solutions"]) if cfg["solutions"] else []
     except kernels.TaskError as e:
         sys.exit(f"evaluate.py: {e}")
-    if not cfg["reference_only"] and not solutions:
-        sys.exit("evaluate.py: give --solutions (a .py, a folder or a .jsonl), or --reference_only")
-    with kernels.Evaluator(cfg) as ev:
-        print(f"backend {ev.backend}, {len(ev.gpus) if ev.backend == 'cuda' else 0} GPU(s), "
-              f"{ev.workers} compile workers, cache {ev.cache}")
+    for ck in cfg["checkpoint"].split(",") if cfg["samples"] and cfg["checkpoint"] else []:
+        if ck.strip() not in ("", "base") and os.path.sep in ck and not os.path.isdir(ck.strip()):
+            sys.exit(f"evaluate.py: {ck}: no such checkpoint folder")  # before any sampling starts
+    if not cfg["reference_only"] and not solutions and not cfg["samples"]:
+        sys.exit("evaluate.py: give --solutions (a .py, a folder or a .jsonl), --samples k (model mode), "
+                 "or --reference_only")
+    samples = None
+    with kernels.Evaluator(cfg, progress=cfg["progress"] and rank == 0) as ev:
+        print(f"rank {rank}/{world}: " * (world > 1) + f"backend {ev.backend}, "
+              f"{len(ev.gpus) if ev.backend == 'cuda' else 0} GPU(s), {ev.workers} compile workers, cache {ev.cache}")
         if cfg["reference_only"]:
-            verdicts = ev.run_references(tasks)
+            mine = ev.run_references(tasks[rank::world])
+            verdicts = [kernels.Verdict(**d) for p in crl.all_gather([v.to_dict() for v in mine], world) for d in p]
             bad = [v for v in verdicts if not v.ok]
-            for v in verdicts:
+            for v in verdicts if rank == 0 else []:
                 print(f"{v.task[:40]:40s} {v.status:10s} {_fmt(v.ref_ms, '.3f'):>10s} ms  {v.message[:60]}")
-            print(f"\n{len(verdicts) - len(bad)}/{len(verdicts)} references ran")
+            print(f"\n{len(verdicts) - len(bad)}/{len(verdicts)} references ran" if rank == 0 else "", end="")
             summary = {"references_ok": len(verdicts) - len(bad), "n": len(verdicts)}
+        elif cfg["samples"]:
+            verdicts, summary, samples = model_mode(cfg, tasks, ev, rank, world)
         else:
             # with --tasks left at its default, solutions carrying ref_code bring their own tasks
             pairs, unmatched = kernels.match(all_tasks if cfg["tasks"] != "builtin" or not any(
                 s.ref_code for s in solutions) else [], solutions)
             if unmatched:
                 print(f"{len(unmatched)} solution(s) match no task, skipped (e.g. {unmatched[0].name})")
-            pairs = [(t, s) for t, s in pairs if wanted(t, cfg["only"])]
+            keep = {t.name for t in kernels.select([t for t, _ in pairs], cfg["only"])} if pairs else set()
+            pairs = [(t, s) for t, s in pairs if t.name in keep]
             other = [(t, s) for t, s in pairs if kernels.solution_backend(s.code) not in (None, ev.backend)]
             if other:
                 print(f"{len(other)} solution(s) written for another backend than {ev.backend}, skipped")
                 pairs = [p for p in pairs if p not in other]
             if not pairs:
                 sys.exit("evaluate.py: nothing to evaluate")
-            verdicts = ev.evaluate(pairs)
-            print()
-            summary = report(verdicts)
+            verdicts = sharded(ev, pairs, rank, world)
+            if rank == 0:
+                print()
+                summary = report(verdicts)
+    crl.dist_teardown(world)
+    if rank != 0:  # rank 0 reports and writes
+        return verdicts, None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = os.path.join(cfg["out"], "evaluate", f"{stamp}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(dict(config=cfg, backend=ev.backend, summary=summary, seconds=time.time() - t0,
-                       verdicts=[v.to_dict() for v in verdicts]), f, indent=1)
+                       verdicts=[v.to_dict() for v in verdicts], samples=samples), f, indent=1)
     print(f"results: {path} ({time.time() - t0:.0f} s)")
     return verdicts, summary
 

@@ -400,6 +400,17 @@ def load_tasks(spec):
     return sorted(tasks, key=lambda t: (t.level or 0, t.problem_id or 0, t.name))
 
 
+def select(tasks, only):
+    """--only: a comma list of task names or KernelBench ids (L1_19); empty keeps all."""
+    if not only:
+        return tasks
+    keep = {s.strip() for s in only.split(",")}
+    out = [t for t in tasks if t.name in keep or (t.level is not None and f"L{t.level}_{t.problem_id}" in keep)]
+    if not out:
+        raise TaskError(f"--only {only}: no such task (tasks: {', '.join(t.name for t in tasks[:12])}...)")
+    return out
+
+
 def _no_code(v):
     return v is None or (isinstance(v, str) and v.strip() in ("", "None", "null"))
 
@@ -1148,10 +1159,13 @@ def run_job(job):
             if cfg["require_kernel"] and h.calls == 0:
                 raise Reject("rejected", "no_kernel", "forward never called a compiled kernel")
             t2 = h.clock()
-            ref_ms, new_ms, spread = run_timing(h, ref, new)
-            run_checks_post(h, ref, new)
-            res = dict(status="ok", speedup=ref_ms / new_ms, ref_ms=ref_ms, new_ms=new_ms, spread=spread,
-                       message="; ".join(h.notes))
+            if cfg["time_candidates"]:
+                ref_ms, new_ms, spread = run_timing(h, ref, new)
+                run_checks_post(h, ref, new)
+                res = dict(status="ok", speedup=ref_ms / new_ms, ref_ms=ref_ms, new_ms=new_ms, spread=spread,
+                           message="; ".join(h.notes))
+            else:  # Stages 1-2 filter on correctness alone (DESIGN.md 2)
+                res = dict(status="ok", message="correct (not timed)")
             res["seconds"] = dict(load=t1 - t0, check=t2 - t1, time=h.clock() - t2)
         except Reject as r:
             res = dict(status=r.status, reason=r.reason, message=r.message, log=trim_log(r.extra.get("log", "")))
@@ -1580,7 +1594,8 @@ class Evaluator:
         # untimed reference runs may share a GPU two at a time; timed runs never do
         free = list(range(len(self.gpus))) * (2 if phases == ["reference"] and self.backend == "cuda" else 1)
         active = []
-        exclusive = self.backend == "cpu"  # CPU timings must not share the cores with builds
+        # CPU timings must not share the cores with builds (untimed checks may)
+        exclusive = self.backend == "cpu" and self.cfg["time_candidates"] and "run" in phases
         try:
             while any(queues.values()) or active:
                 n_build = sum(r.kind == "compile" for r in active)

@@ -19,8 +19,12 @@ import torch
 
 import bench
 import config
+import crl
 import evaluate
 import kernels
+import policy
+import prompts
+import sft
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "shared", "kernelbench", "problems.jsonl")
@@ -393,3 +397,506 @@ def test_reference_only_mode(cache, tasks):
         vs = ev.run_references([tasks["gelu"], broken])
     assert [v.status for v in vs] == ["ok", "task_error"]
     assert vs[0].ref_ms > 0 and "boom" in vs[1].message
+
+
+# ---------------------------------------------------------------------------- prompts.py
+
+def test_prompt_templates():
+    task = open(os.path.join(HERE, "tasks", "gelu.py")).read()
+    plain = prompts.task_prompt(task, "cuda")
+    assert [m["role"] for m in plain] == ["system", "user"]
+    assert "kernels.load_cuda" in plain[1]["content"] and "Variant" not in plain[1]["content"]
+    assert "kernels.load_cpp" in prompts.task_prompt(task, "cpu")[1]["content"]
+    user = prompts.task_prompt(task, "cpu", [dict(code="FAST", speedup=2.5), dict(code="SLOW", speedup=0.4)])[1]["content"]
+    # the contrastive prompt: both variants with speedups, worst first, and the three sections
+    assert user.index("SLOW") < user.index("FAST") and "0.40x" in user and "2.50x" in user
+    assert all(s in user for s in prompts.SECTIONS)
+
+
+def test_completion_round_trips_through_the_parser():
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    text = prompts.completion(seed)
+    p = prompts.parse_response(text)
+    assert p.code is not None and "class ModelNew" in p.code and not p.code.lstrip().startswith('"""')
+    assert p.analysis.startswith("the work is") and p.design.startswith("GELU")
+    assert prompts.sections_present(text) == 3
+
+
+@pytest.mark.parametrize("text, ok, err", [
+    ("### Code\n```python\nimport torch\nclass ModelNew: pass\n```", True, ""),
+    ("Sure!\n```\nclass ModelNew: pass\n```\ntrailing words", True, ""),          # unlabeled fence
+    ("```python\nx = 1\n```\n```python\nclass ModelNew: pass\n```", True, ""),   # the block with ModelNew
+    ("```python\nclass ModelNew:\n    def forward(self, x):\n        return x", True, ""),  # cut off: no closing fence
+    ("import torch\nclass ModelNew(torch.nn.Module): pass\n", True, ""),        # no fences at all
+    ("```cpp\n__global__ void k() {}\n```", False, "no_modelnew"),
+    ("I cannot help with that.", False, "no_code"),
+    ("", False, "empty"),
+])
+def test_parse_response_edge_cases(text, ok, err):
+    p = prompts.parse_response(text)
+    assert (p.code is not None) == ok
+    if ok:
+        assert "ModelNew" in p.code and "```" not in p.code
+    else:
+        assert p.error.startswith(err + ":")
+
+
+# ---------------------------------------------------------------------------- policy.py
+
+TINY = ["--tiny_dim=32", "--tiny_layers=1", "--tiny_heads=2", "--tiny_vocab=1024", "--max_len=1024",
+        "--max_new_tokens=8", "--progress=false", "--device=cpu"]
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    cfg = config.parse(TINY)
+    model, tok = policy.load(cfg, train=True)
+    return cfg, model, tok
+
+
+def test_tokenizer_round_trip_on_kernel_code(tiny):
+    _, _, tok = tiny
+    for path in glob.glob(os.path.join(HERE, "tasks", "seeds", "*", "softmax", "*.py")) + [__file__]:
+        text = open(path).read()
+        assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+    weird = "héllo\t\u00a0 ```\r\n<|im_end|> plain"
+    ids = tok(weird, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == weird
+
+
+def test_completion_mask_excludes_prompt_and_padding(tiny):
+    _, _, tok = tiny
+    ex = [dict(prompt=[dict(role="user", content="make it fast")], completion="abc"),
+          dict(prompt=[dict(role="user", content="a much longer prompt than the first one")], completion="x y z w")]
+    b = policy.sft_batch(tok, ex, 1024)
+    for r, e in enumerate(ex):
+        p = policy.prompt_ids(tok, e["prompt"])
+        c = tok(e["completion"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        n = len(p) + len(c)
+        assert b["input_ids"][r, :n].tolist() == p + c
+        assert b["completion_mask"][r].tolist() == [0] * len(p) + [1] * len(c) + [0] * (b["input_ids"].shape[1] - n)
+        assert b["input_ids"][r, n - 1] == tok.eos_token_id  # EOS is a completion token
+        assert b["attention_mask"][r].sum() == n
+
+
+def test_logprobs_match_a_plain_recomputation(tiny):
+    cfg, model, tok = tiny
+    torch.manual_seed(0)
+    ps = [[5, 6, 7, 8, 9], [10, 11]]
+    cs = [[12, 13, tok.eos_token_id], [14, 15, 16, 17]]
+    b = policy.pack(tok, ps, cs)
+    with torch.no_grad():
+        got = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"], temperature=0.7, chunk=3)
+        for r, (p, c) in enumerate(zip(ps, cs)):
+            ids = torch.tensor([p + c])
+            logits = model(ids).logits[0, :-1].float() / 0.7
+            want = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+            n = len(p) + len(c) - 1
+            assert torch.allclose(got[r, :n], want, atol=1e-5), (got[r, :n], want)
+        # left padding gives the same numbers (positions come from the mask)
+        w = b["input_ids"].shape[1]
+        left = torch.full_like(b["input_ids"], tok.pad_token_id)
+        lmask = torch.zeros_like(left)
+        n1 = len(ps[1]) + len(cs[1])
+        left[1, w - n1:] = b["input_ids"][1, :n1]
+        lmask[1, w - n1:] = 1
+        left[0], lmask[0] = b["input_ids"][0], b["attention_mask"][0]
+        got_left = policy.completion_logprobs(model, left, lmask, temperature=0.7)
+        assert torch.allclose(got_left[1, w - n1:], got[1, :n1 - 1], atol=1e-5)
+
+
+def test_sampling_batches_and_stops(tiny):
+    cfg, model, tok = tiny
+    msgs = [[dict(role="user", content="gelu")], [dict(role="user", content="a longer prompt about softmax")]]
+    outs = policy.generate(model, tok, msgs, dict(cfg, gen_batch=3, max_new_tokens=6), n=2)
+    assert [len(o) for o in outs] == [2, 2]
+    for o, m in zip(outs, msgs):
+        for s in o:
+            assert s["prompt_ids"] == policy.prompt_ids(tok, m)
+            assert 0 < len(s["ids"]) <= 6
+            assert s["finished"] == (s["ids"][-1] == tok.eos_token_id)
+            assert tok.eos_token_id not in s["ids"][:-1]
+
+
+def test_sft_loss_falls_on_a_tiny_batch(tiny):
+    cfg, _, tok = tiny
+    model = policy.build_tiny(cfg, tok)
+    data = [dict(prompt=[dict(role="user", content=f"task {i}")], completion=f"answer number {i} " * 3) for i in range(4)]
+    b = policy.sft_batch(tok, data, 512)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        logp = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"])
+        loss = sft.sft_loss(logp, b["completion_mask"][:, 1:].float())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_lr_schedule():
+    lrs = [sft.lr_at(s, 100, 10, 1.0) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[-1] == pytest.approx(0.1, abs=0.01)
+
+
+# ---------------------------------------------------------------------------- crl.py: the loss math
+
+def test_reward_smoothing_and_zero_spread_groups():
+    r = torch.tensor([0.0, 1.0, 2.0, 3.0])
+    adv = crl.smooth_rewards(r, k=1.5)
+    z = (r - r.mean()) / r.std(unbiased=False)
+    assert torch.allclose(adv, z.clamp(-1.5, 1.5))
+    big = crl.smooth_rewards(torch.tensor([0.0, 0.0, 0.0, 100.0]), k=1.5)
+    assert big.max() == 1.5 and big.min() > -1.5  # the outlier is clipped at k
+    assert (crl.smooth_rewards(torch.tensor([2.0, 2.0, 2.0]), k=1.5) == 0).all()  # nothing to learn
+    dr = crl.smooth_rewards(torch.tensor([1.0, 1.2]), k=1.5, std_scale=False)
+    assert torch.allclose(dr, torch.tensor([-0.1, 0.1]))  # Dr. GRPO: no std scaling
+
+
+def test_clipped_surrogate():
+    old = torch.zeros(1, 4)
+    logp = torch.log(torch.tensor([[0.5, 0.9, 1.1, 1.5]]))  # ratios 0.5, 0.9, 1.1, 1.5
+    loss_pos, clip_pos = crl.clipped_surrogate(logp, old, torch.tensor([1.0]), eps=0.2)
+    assert torch.allclose(loss_pos, -torch.tensor([[0.5, 0.9, 1.1, 1.2]]))  # gains above 1+eps are cut
+    assert clip_pos.tolist() == [[False, False, False, True]]
+    loss_neg, clip_neg = crl.clipped_surrogate(logp, old, torch.tensor([-1.0]), eps=0.2)
+    assert torch.allclose(loss_neg, torch.tensor([[0.8, 0.9, 1.1, 1.5]]))  # below 1-eps no more gain
+    assert clip_neg.tolist() == [[True, False, False, False]]
+
+
+def test_k3_kl():
+    logp = torch.log(torch.rand(3, 7) * 0.9 + 0.05)
+    ref = torch.log(torch.rand(3, 7) * 0.9 + 0.05)
+    assert (crl.k3_kl(logp, ref) >= 0).all()
+    assert torch.equal(crl.k3_kl(logp, logp), torch.zeros(3, 7))
+
+
+def test_masked_tokens_contribute_nothing_and_normaliser_counts_completions():
+    logp = torch.randn(2, 5, requires_grad=True)
+    old = logp.detach() + 0.1 * torch.randn(2, 5)
+    mask = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]], dtype=torch.float)
+    adv = torch.tensor([1.0, -1.0])
+    loss, st = crl.grpo_loss(logp, old, None, adv, mask, 0.2, 0.0, normaliser=mask.sum())
+    loss.backward()
+    assert (logp.grad[mask == 0] == 0).all() and (logp.grad[mask == 1] != 0).all()
+    assert st["tokens"] == 5
+    # garbage in masked positions changes nothing
+    noisy = logp.detach().clone()
+    noisy[mask == 0] = 1e6
+    loss2, _ = crl.grpo_loss(noisy, old, None, adv, mask, 0.2, 0.0, normaliser=mask.sum())
+    assert torch.allclose(loss, loss2)
+    # token-level normalisation: the mean over completion tokens of the whole batch
+    per_tok, _ = crl.clipped_surrogate(logp.detach(), old, adv, 0.2)
+    assert torch.allclose(loss, (per_tok * mask).sum() / 5)
+    # split into micro-batches with the batch's normaliser, the parts add up to the whole
+    parts = sum(crl.grpo_loss(logp[i:i + 1], old[i:i + 1], None, adv[i:i + 1], mask[i:i + 1], 0.2, 0.0, 5.0)[0]
+                for i in range(2))
+    assert torch.allclose(parts, loss)
+
+
+def test_one_update_moves_logprobs_the_right_way(tiny):
+    cfg, _, tok = tiny
+    model = policy.build_tiny(cfg, tok)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    groups = [dict(prompt_ids=[5, 6, 7], ids=[20, 21, 22, tok.eos_token_id], adv=1.0),
+              dict(prompt_ids=[5, 6, 7], ids=[30, 31, 32, tok.eos_token_id], adv=-1.0)]
+    b = policy.pack(tok, [g["prompt_ids"] for g in groups], [g["ids"] for g in groups])
+
+    def seq_logp():
+        with torch.no_grad():
+            lp = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"])
+        return (lp * b["completion_mask"][:, 1:]).sum(1)
+
+    before = seq_logp()
+    stats = crl.train_step(dict(cfg, ppo_epochs=1, crl_micro_batch=2, clip_eps=0.2, beta=0.0, dr_grpo=False,
+                                grad_clip=1.0, temperature=1.0, crl_samples=2), model, None, opt, tok, groups, 1)
+    after = seq_logp()
+    assert after[0] > before[0] and after[1] < before[1]
+    assert stats["tokens"] == 8
+
+
+def test_bucket_sampling_frequencies():
+    import random
+    scores = [0.1, 0.12, 1.0, 1.05, 3.0]  # buckets of width 0.5: {0.1, 0.12}, {1.0, 1.05}, {3.0}
+    rng = random.Random(0)
+    counts, n = {}, 20000
+    for _ in range(n):
+        idx = crl.bucket_sample(scores, 2, 0.5, 1.0, rng)
+        b = sorted(int(scores[i] // 0.5) for i in idx)
+        assert len(b) == 2 and b[0] != b[1]  # two distinct buckets
+        counts[tuple(b)] = counts.get(tuple(b), 0) + 1
+    # the exact law of drawing 2 of 3 buckets without replacement, weights exp(mean - global mean)
+    import math
+    g = sum(scores) / len(scores)
+    w = {0: math.exp(0.11 - g), 2: math.exp(1.025 - g), 6: math.exp(3.0 - g)}
+    W = sum(w.values())
+    want = {}
+    for a in w:
+        for b in w:
+            if a != b:
+                key = tuple(sorted((a, b)))
+                want[key] = want.get(key, 0) + w[a] / W * w[b] / (W - w[a])
+    for key, p in want.items():
+        assert abs(counts.get(key, 0) / n - p) < 0.015, (key, counts.get(key, 0) / n, p)
+    assert crl.bucket_sample([1.0], 2, 0.5, 1.0, rng) == [0]  # fewer buckets than N: all there are
+    assert crl.bucket_sample([], 2, 0.5, 1.0, rng) == []
+
+
+def test_database_drops_a_torn_line(tmp_path):
+    db = crl.Database(str(tmp_path / "db.jsonl"))
+    row = dict(task="gelu", task_hash="t", source_hash="a", code="x", status="ok", speedup=1.5, step=1)
+    db.add([row, dict(row, source_hash="b", speedup=0.5)])
+    db.add([row])  # the same variant again is not stored twice
+    with open(tmp_path / "db.jsonl", "a") as f:
+        f.write('{"task": "gelu", "task_ha')  # a kill mid-write
+    again = crl.Database(str(tmp_path / "db.jsonl"))
+    assert [r["source_hash"] for r in again.rows] == ["a", "b"]
+    assert again.lookup("t", "b")["speedup"] == 0.5 and len(again.successes("gelu")) == 2
+    again.add([dict(row, source_hash="c")])  # appends after the cut, not glued to the torn line
+    assert [r["source_hash"] for r in crl.Database(str(tmp_path / "db.jsonl")).rows] == ["a", "b", "c"]
+
+
+# ---------------------------------------------------------------------------- the stages end to end (CPU)
+
+def run_script(script, argv, timeout=900):
+    r = subprocess.run([sys.executable, script, *argv], cwd=HERE, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{script} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+@pytest.fixture(scope="session")
+def pipeline(cache, tmp_path_factory):
+    """`crl.py --config small` on two tasks with a very small model: Stages 1, 2, 3 in one command."""
+    out = str(tmp_path_factory.mktemp("pipeline"))
+    argv = ["--config=small", "--only=gelu,diag_matmul", f"--out={out}", f"--cache_dir={cache}", *TINY,
+            "--max_new_tokens=24", "--attempts=3", "--keep=2", "--epochs=2", "--st_rounds=1", "--st_samples=2",
+            "--crl_steps=2", "--crl_samples=2", "--crl_tasks_per_step=2", "--timing_rounds=2",
+            "--round_seconds=0.05"]
+    stdout = run_script("crl.py", argv)
+    return out, argv, stdout
+
+
+def test_pipeline_runs_every_stage(pipeline):
+    out, _, stdout = pipeline
+    assert "running Stage 1" in stdout and "running Stage 2" in stdout
+    base = os.path.join(out, "small")
+    for stage in ("sft", "selftrain", "crl"):
+        assert policy.has_checkpoint(os.path.join(base, stage)), stage
+        assert os.path.exists(os.path.join(base, stage, "run_config.json"))
+    data = [json.loads(line) for line in open(os.path.join(base, "sft", "data.jsonl"))]
+    assert data and all(d["task"] in ("gelu", "diag_matmul") and d["speedup"] > 0 for d in data)
+    assert len({d["task"] for d in data}) == 2 and max(sum(d["task"] == t for d in data) for t in ("gelu",)) <= 2
+    cands = [json.loads(line) for line in open(os.path.join(base, "sft", "candidates.jsonl"))]
+    assert len(cands) == 6  # attempts x tasks, every one judged and logged
+    log = [json.loads(line) for line in open(os.path.join(base, "crl", "log.jsonl"))]
+    assert [r["step"] for r in log] == [1, 2]
+    keys = {"step", "success_rate", "mean_speedup", "median_speedup", "max_speedup", "reward_mean", "reward_std",
+            "kl", "clip_frac", "tok_s", "gen_s", "eval_s", "update_s", "skipped_groups"}
+    assert all(keys <= set(r) for r in log)
+    db = crl.Database(os.path.join(base, "crl", "db.jsonl"))
+    assert {r["origin"] for r in db.rows} >= {"sft"} and all(r["status"] == "ok" for r in db.rows if r["origin"] == "sft")
+    assert glob.glob(os.path.join(base, "crl", "samples", "step_1_rank0.jsonl"))
+    # a stage checkpoint is a plain Hugging Face folder
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    m = AutoModelForCausalLM.from_pretrained(os.path.join(base, "crl"))
+    t = AutoTokenizer.from_pretrained(os.path.join(base, "crl"))
+    assert t.chat_template and m.config.hidden_size == 32
+    # a second run finds every stage done and does nothing
+    again = run_script("crl.py", pipeline[1])
+    assert "running Stage" not in again and "has run its 2 steps" in again
+
+
+def test_sft_resumes_after_interrupt(pipeline, tmp_path):
+    """Stage 1 from a dataset on disk: a checkpoint mid-run, then the same command resumes."""
+    out, argv, _ = pipeline
+    base = tmp_path / "small" / "sft"
+    base.mkdir(parents=True)
+    import shutil
+    shutil.copy(os.path.join(out, "small", "sft", "data.jsonl"), base / "data.jsonl")
+    common = [a for a in argv if not a.startswith(("--out", "--epochs"))] + [f"--out={tmp_path}", "--ckpt_every=2"]
+    model, tok = policy.load(config.parse(common), train=True)
+    opt = torch.optim.AdamW(model.parameters())
+    policy.save_checkpoint(str(base), model, tok, opt, 2, config.parse(common))  # as if killed after step 2
+    stdout = run_script("sft.py", common + ["--epochs=3"])
+    assert "resuming from step 2" in stdout
+    assert policy.is_done(str(base))
+    assert json.loads(open(base / "log.jsonl").readline())["step"] == 3
+
+
+def test_crl_survives_kill_9_and_resumes(pipeline, tmp_path):
+    """kill -9 in the middle of Stage 3: the database stays readable and a restart resumes
+    from the last checkpoint."""
+    import shutil
+    import signal
+    out, argv, _ = pipeline
+    for stage in ("sft", "selftrain"):
+        shutil.copytree(os.path.join(out, "small", stage), tmp_path / "small" / stage)
+    args = [a for a in argv if not a.startswith(("--out", "--crl_steps"))] + [f"--out={tmp_path}", "--crl_steps=30"]
+    crl_dir = tmp_path / "small" / "crl"
+    proc = subprocess.Popen([sys.executable, "crl.py", *args], cwd=HERE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if (crl_dir / "log.jsonl").exists() and len(open(crl_dir / "log.jsonl").readlines()) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stdout.read()[-3000:]
+    os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its evaluator workers, mid-step
+    proc.wait()
+    before = crl.Database(str(crl_dir / "db.jsonl"), repair=False).rows
+    assert before, "the database was empty"
+    step = torch.load(crl_dir / "train_state.pt", weights_only=False)["step"]
+    assert step >= 1
+    stdout = run_script("crl.py", [a.replace("--crl_steps=30", f"--crl_steps={step + 2}") for a in args])
+    assert f"resuming after step {step}" in stdout
+    after = crl.Database(str(crl_dir / "db.jsonl")).rows
+    assert after[:len(before)] == before  # nothing lost or rewritten
+    log = [json.loads(line)["step"] for line in open(crl_dir / "log.jsonl")]
+    assert log[-2:] == [step + 1, step + 2]
+
+
+def test_evaluate_model_mode_compares_checkpoints(pipeline, cache, tmp_path):
+    out, _, _ = pipeline
+    ck = os.path.join(out, "small", "sft")
+    stdout = run_script("evaluate.py", ["--only=gelu", "--samples=2", f"--checkpoint=base,{ck}", f"--cache_dir={cache}",
+                                        f"--out={tmp_path}", *TINY, "--timing_rounds=2", "--round_seconds=0.05"])
+    assert "comparison" in stdout and ck[-32:] in stdout
+    [path] = glob.glob(str(tmp_path / "evaluate" / "*.json"))
+    res = json.load(open(path))
+    assert len(res["verdicts"]) == 4 and len(res["samples"]) == 4
+    assert set(res["summary"]) == {"base", ck}
+
+
+# ---------------------------------------------------------------------------- sft.py teachers
+
+def test_file_teacher_reads_the_cuda_l1_layout(tmp_path, tasks):
+    gelu = tasks["gelu"]
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    rows = [dict(level_id=1, task_id=7, ref_code=gelu.code, custom_code=seed),
+            dict(level_id=1, task_id=8, ref_code=gelu.code, custom_code="None")]
+    path = tmp_path / "release.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = config.parse(["--attempts=5"])
+    got = list(sft.teacher_stream(f"file:{path}", list(tasks.values()), cfg, "cpu"))
+    assert len(got) == 2
+    (t1, text1), (t2, text2) = got
+    assert t1.code == gelu.code and t1.level == 1 and t1.problem_id == 7  # the record's own reference
+    assert prompts.parse_response(text1).code.strip() == prompts.split_docstring(seed)[1].strip()
+    assert text2 == "" and prompts.parse_response(text2).error.startswith("empty")
+    with pytest.raises(ValueError, match="no such file"):
+        sft.teacher_stream("file:/nope.jsonl", [], cfg, "cpu")
+    with pytest.raises(ValueError, match="unknown teacher"):
+        sft.teacher_stream("gpt:x", [], cfg, "cpu")
+
+
+def test_openai_teacher_against_a_local_server(tasks, monkeypatch):
+    import http.server
+    import threading
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, self.headers.get("Authorization"), body))
+            if len(seen) == 2:  # one failing request must not end the run
+                self.send_response(500)
+                self.end_headers()
+                return
+            reply = dict(choices=[dict(message=dict(role="assistant", content=f"```python\nclass ModelNew: pass\n```"))])
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("TEST_TEACHER_KEY", "sk-test")
+        cfg = config.parse(["--attempts=3", "--teacher_model=coder", "--api_key_env=TEST_TEACHER_KEY"])
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        got = list(sft.teacher_stream(f"openai:{url}", [tasks["gelu"]], cfg, "cpu"))
+    finally:
+        server.shutdown()
+    assert len(got) == 3 and all(t.name == "gelu" for t, _ in got)
+    assert sum(text == "" for _, text in got) == 1  # the failed request: an empty reply, reported
+    assert sum("ModelNew" in text for _, text in got) == 2
+    path, auth, body = seen[0]
+    assert path == "/v1/chat/completions" and auth == "Bearer sk-test" and body["model"] == "coder"
+    assert body["messages"][1]["content"] == prompts.task_prompt(tasks["gelu"].code, "cpu")[1]["content"]
+    with pytest.raises(ValueError, match="teacher_model"):
+        sft.teacher_stream(f"openai:{url}", [], config.parse([]), "cpu")
+
+
+def test_builtin_teacher_mutates_and_the_filter_matters(tasks):
+    cfg = config.parse(["--attempts=12", "--seed=1"])
+    got = list(sft.teacher_stream("builtin", [tasks["softmax"]], cfg, "cpu"))
+    assert len(got) == 12
+    codes = {prompts.parse_response(text).code for _, text in got}
+    seeds = {prompts.parse_response(prompts.completion(open(p).read())).code
+             for p in glob.glob(os.path.join(HERE, "tasks", "seeds", "cpu", "softmax", "*.py"))}
+    assert seeds <= codes and len(codes - seeds) >= 3  # seeds and mutations of them
+    assert list(sft.teacher_stream("builtin", [kernels.Task("nosuch", tasks["gelu"].code, "-")], cfg, "cpu")) == []
+
+
+# ---------------------------------------------------------------------------- torchrun (gloo on CPU)
+
+def torchrun(script, argv, nproc=2, timeout=900):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script, *argv]
+    r = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{script} under torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-4000:]}"
+    return r.stdout
+
+
+def test_evaluate_under_torchrun_matches_one_process(cache, tmp_path):
+    sols = os.path.join(HERE, "tasks", "seeds", "cpu")
+    argv = ["--backend=cpu", f"--solutions={sols}", "--only=gelu,diag_matmul,row_sum", f"--cache_dir={cache}",
+            "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
+    stdout = torchrun("evaluate.py", argv + [f"--out={tmp_path / 'two'}"])
+    assert "candidates: 6/6 correct" in stdout and stdout.count("results:") == 1  # rank 0 reports
+    [two] = glob.glob(str(tmp_path / "two" / "evaluate" / "*.json"))
+    one = evaluate.main(argv + [f"--out={tmp_path / 'one'}"])[0]
+    got = json.load(open(two))["verdicts"]
+    assert [(v["task"], v["solution"], v["status"]) for v in got] == [(v.task, v.solution, v.status) for v in one]
+
+
+def test_crl_under_torchrun_keeps_ranks_in_sync(pipeline, tmp_path):
+    """Two ranks (gloo): each samples and judges its share of prompts; the database and the
+    weights stay identical on both (crl.py checks this every step and stops if not)."""
+    import shutil
+    out, argv, _ = pipeline
+    for stage in ("sft", "selftrain"):
+        shutil.copytree(os.path.join(out, "small", stage), tmp_path / "small" / stage)
+    args = [a for a in argv if not a.startswith("--out")] + [f"--out={tmp_path}"]
+    stdout = torchrun("crl.py", args)
+    log = [json.loads(line) for line in open(tmp_path / "small" / "crl" / "log.jsonl")]
+    assert [r["step"] for r in log] == [1, 2] and all(r["groups"] == 2 for r in log)
+    assert "crl: 2 steps" in stdout
+
+
+@gpu
+@needs_cuda
+def test_policy_on_gpu(tiny):
+    """fp32 master weights with bf16 autocast: sampling, log-probs and one update on CUDA."""
+    cfg, _, tok = tiny
+    cfg = dict(cfg, device="cuda")
+    model = policy.build_tiny(cfg, tok).cuda()
+    msgs = [[dict(role="user", content="gelu")]] * 2
+    outs = policy.generate(model, tok, msgs, dict(cfg, max_new_tokens=5), n=2)
+    assert all(0 < len(s["ids"]) <= 5 for o in outs for s in o)
+    s = outs[0][0]
+    b = {k: v.cuda() for k, v in policy.pack(tok, [s["prompt_ids"]], [s["ids"]]).items()}
+    lp = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"])
+    assert lp.dtype == torch.float32 and torch.isfinite(lp).all()
+    with torch.no_grad():  # bf16 autocast against a plain fp32 recomputation: close, not equal
+        ref = torch.log_softmax(model(b["input_ids"]).logits[0, :-1].float(), -1)
+        ref = ref.gather(-1, b["input_ids"][0, 1:, None]).squeeze(-1)
+    assert (lp[0] - ref).abs().max() < 0.1
+    lp.sum().backward()
+    assert next(model.parameters()).grad is not None and next(model.parameters()).dtype == torch.float32

@@ -1,0 +1,105 @@
+"""Stage 2: self-supervised rounds for executability and correctness (DESIGN.md section 2).
+
+    python selftrain.py --config small                       # from out/small/sft
+    python selftrain.py --config small --init_from out/small/sft --st_rounds 5
+
+Each round samples `st_samples` responses per task from the current model, judges them
+(correctness only: speed is ignored at this stage), keeps the successes (one per source
+hash) and fine-tunes on exactly the sampled tokens: REINFORCE with reward 1 for success,
+0 otherwise and no baseline, which is fine-tuning on the successes. Stops after
+`st_rounds` rounds, or earlier once the success rate stops rising. Writes
+out/<config>/selftrain/: the checkpoint after each round, successes.jsonl (every success,
+for Stage 3's database), candidates.jsonl, log.jsonl, samples/round_<r>.jsonl.
+Killed? Run the same command again: it resumes at the round in flight.
+"""
+import json
+import os
+import time
+
+import config
+import kernels
+import policy
+import prompts
+import sft
+
+
+def sample_round(cfg, model, tok, tasks, ev, rnd, out):
+    """Sample and judge one round -> (successes, success rate)."""
+    msgs = [prompts.task_prompt(t.code, ev.backend) for t in tasks]
+    t0 = time.time()
+    outs = policy.generate(model, tok, msgs, cfg, n=cfg["st_samples"], desc=f"round {rnd} sampling")
+    flat = [(t, s) for t, group in zip(tasks, outs) for s in group]
+    t1 = time.time()
+    judged = sft.judge(ev, [(t, s["text"]) for t, s in flat], f"round {rnd} judging")
+    succ, seen, rows = [], set(), []
+    for (task, s), (p, v) in zip(flat, judged):
+        rows.append(dict(stage="selftrain", round=rnd, task=task.name, status=v.status, reason=v.reason,
+                         source_hash=v.source_hash, message=v.message, finished=s["finished"], text=s["text"]))
+        if v.ok and (task.name, v.source_hash) not in seen:
+            seen.add((task.name, v.source_hash))
+            succ.append(dict(task=task.name, task_code=task.code, source_hash=v.source_hash, round=rnd,
+                             prompt=msgs[tasks.index(task)], prompt_ids=s["prompt_ids"], completion_ids=s["ids"],
+                             completion=s["text"], code=p.code))
+    os.makedirs(os.path.join(out, "samples"), exist_ok=True)
+    sft.write_jsonl(os.path.join(out, "samples", f"round_{rnd}.jsonl"), rows)
+    with open(os.path.join(out, "candidates.jsonl"), "a") as f:
+        f.writelines(json.dumps({k: v for k, v in r.items() if k != "text"}) + "\n" for r in rows)
+    rate = sum(v.ok for _, v in judged) / max(1, len(judged))
+    print(f"selftrain round {rnd}: {sum(v.ok for _, v in judged)}/{len(judged)} correct ({100 * rate:.0f}%), "
+          f"{len(succ)} distinct | sampling {t1 - t0:.0f} s, judging {time.time() - t1:.0f} s")
+    return succ, rate
+
+
+def run(cfg):
+    """Stage 2 end to end -> the checkpoint folder. Reuses a finished stage."""
+    out = os.path.join(cfg["out"], cfg["config"], "selftrain")
+    if policy.is_done(out):
+        print(f"selftrain: {out} is finished (delete it to run again)")
+        return out
+    start_from = cfg["init_from"] or os.path.join(cfg["out"], cfg["config"], "sft")
+    os.makedirs(out, exist_ok=True)
+    config.save(cfg, os.path.join(out, "run_config.json"))
+    if policy.has_checkpoint(out):
+        model, tok, state = policy.load_checkpoint(out, cfg)
+        print(f"selftrain: resuming after round {state['extra']['round']}")
+    elif policy.has_checkpoint(start_from):
+        model, tok, _ = policy.load_checkpoint(start_from, cfg)
+        state = dict(extra=dict(round=0, rates=[]))
+    else:
+        raise FileNotFoundError(f"{start_from}: no Stage 1 checkpoint to start from (run sft.py first, "
+                                f"or give --init_from)")
+    extra = state["extra"]
+    tasks = kernels.select(kernels.load_tasks(cfg["tasks"]), cfg["only"])
+    t0 = time.time()
+    with kernels.Evaluator(cfg, time_candidates=False) as ev:
+        while extra["round"] < cfg["st_rounds"]:
+            rnd = extra["round"] + 1
+            succ, rate = sample_round(cfg, model, tok, tasks, ev, rnd, out)
+            with open(os.path.join(out, "successes.jsonl"), "a") as f:
+                f.writelines(json.dumps({k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")})
+                             + "\n" for s in succ)
+            rates = extra["rates"] + [rate]
+            if len(rates) > 1 and rate <= rates[-2]:  # the success rate stopped rising: stop here
+                print(f"selftrain: success rate {100 * rate:.0f}% did not rise over {100 * rates[-2]:.0f}%; stopping")
+                extra = dict(extra, rates=rates, round=rnd, stopped=True)
+                break
+            if succ:
+                # a fresh optimizer and schedule per round (the data changes every round)
+                opt, _ = sft.finetune(cfg, succ, out, model, tok, dict(extra=extra), cfg["st_epochs"],
+                                      cfg["st_lr"], tag=f"selftrain r{rnd}")
+            else:
+                opt = None
+            extra = dict(extra, rates=rates, round=rnd)
+            policy.save_checkpoint(out, model, tok, opt, 0, cfg, extra)
+    policy.save_checkpoint(out, model, tok, None, 0, cfg, dict(extra, done=True))
+    print(f"selftrain: success rate by round {[round(r, 2) for r in extra['rates']]}; checkpoint in {out} "
+          f"({time.time() - t0:.0f} s)")
+    return out
+
+
+def main(argv=None):
+    return config.cli(run, argv, "selftrain.py")
+
+
+if __name__ == "__main__":
+    main()
