@@ -166,8 +166,10 @@ def model_mode(cfg, tasks, ev, rank, world):
         samples += [s for p in parts for s in p["samples"]]
     if len(summary) > 1 and rank == 0:
         cks = list(summary)
+        short = [os.path.basename(ck.rstrip("/")) for ck in cks]
+        labels = short if len(set(short)) == len(short) else [ck[-14:] for ck in cks]
         print("\nmean speedup per task (failures as 0)")
-        print(f"{'task':26s}" + "".join(f" {ck[-14:]:>14s}" for ck in cks))
+        print(f"{'task':26s}" + "".join(f" {lb[-14:]:>14s}" for lb in labels))
         for t in tasks:
             row = [[v.speedup if v.ok else 0.0 for v in verdicts
                     if v.task == t.name and v.solution.startswith((ck or "base") + ":")] for ck in cks]
