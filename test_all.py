@@ -900,3 +900,14 @@ def test_policy_on_gpu(tiny):
     assert (lp[0] - ref).abs().max() < 0.1
     lp.sum().backward()
     assert next(model.parameters()).grad is not None and next(model.parameters()).dtype == torch.float32
+
+
+def test_hf_teacher_samples_a_local_checkpoint(pipeline, tasks):
+    out, _, _ = pipeline
+    ck = os.path.join(out, "small", "sft")
+    cfg = config.parse(TINY + ["--attempts=2", "--max_new_tokens=16"])
+    got = list(sft.teacher_stream(f"hf:{ck}", [tasks["gelu"], tasks["row_sum"]], cfg, "cpu"))
+    assert [t.name for t, _ in got] == ["gelu", "gelu", "row_sum", "row_sum"]
+    assert all(isinstance(text, str) for _, text in got)
+    with pytest.raises(FileNotFoundError):
+        list(sft.teacher_stream("hf:/no/such/model", [tasks["gelu"]], cfg, "cpu"))
