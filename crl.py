@@ -394,11 +394,9 @@ def run(cfg):
             print(f"crl: {out} has run its {state['step']} steps (raise --crl_steps to go on, or delete it)")
             return out
         print(f"crl: resuming after step {state['step']}")
-    elif policy.has_checkpoint(start_from) or os.path.isdir(start_from):
+    else:  # a stage's checkpoint, a model folder or a hub name
         model, tok = policy.load(cfg, start_from, train=True)
         state = dict(step=0)
-    else:
-        raise FileNotFoundError(f"{start_from}: no checkpoint to start Stage 3 from")
     if world > 1:  # the same weights everywhere, different sampling noise on each rank
         torch.manual_seed(cfg["seed"] * 1000 + rank + 100003 * state["step"])
     ref_model = None

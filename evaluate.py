@@ -23,6 +23,7 @@ import time
 import config
 import crl
 import kernels
+import policy
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 
@@ -107,7 +108,6 @@ def sample_pairs(cfg, tasks, backend, checkpoint):
     no --model the tiny built-in model, untrained) -> ([(Task, Solution)], [Verdict for
     unusable responses], [sample records]). With --exemplars_db (a crl.py db.jsonl) the
     prompts show exemplars from it, bucket-sampled as in Stage 3."""
-    import policy
     import prompts
     model, tok = policy.load(cfg, checkpoint if checkpoint not in ("", "base") else None)
     db = crl.Database(cfg["exemplars_db"], repair=False) if cfg["exemplars_db"] else None
@@ -197,9 +197,12 @@ def main(argv=None):
         solutions = kernels.load_solutions(cfg["solutions"]) if cfg["solutions"] else []
     except kernels.TaskError as e:
         sys.exit(f"evaluate.py: {e}")
-    for ck in cfg["checkpoint"].split(",") if cfg["samples"] and cfg["checkpoint"] else []:
-        if ck.strip() not in ("", "base") and os.path.sep in ck and not os.path.isdir(ck.strip()):
-            sys.exit(f"evaluate.py: {ck}: no such checkpoint folder")  # before any sampling starts
+    try:  # every checkpoint named must exist before any sampling starts
+        for ck in cfg["checkpoint"].split(",") if cfg["samples"] and cfg["checkpoint"] else []:
+            if ck.strip() not in ("", "base"):
+                policy.check_model_path(ck.strip())
+    except FileNotFoundError as e:
+        sys.exit(f"evaluate.py: {e}")
     if not cfg["reference_only"] and not solutions and not cfg["samples"]:
         sys.exit("evaluate.py: give --solutions (a .py, a folder or a .jsonl), --samples k (model mode), "
                  "or --reference_only")

@@ -86,6 +86,14 @@ def device_of(cfg):
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def check_model_path(path):
+    """Raise FileNotFoundError for a local path that is not a folder. A hub name
+    ("owner/name") passes: from_pretrained looks for it in the hub cache."""
+    local = path.startswith((".", "/", "~")) or path.count("/") > 1 or os.path.exists(path)
+    if local and not os.path.isdir(os.path.expanduser(path)):
+        raise FileNotFoundError(f"{path}: no such checkpoint or model folder")
+
+
 def load(cfg, path=None, train=False):
     """-> (model, tokenizer). path: a checkpoint folder, a local model or a hub name; None
     means cfg["model"], and "" there builds the tiny model (untrained). Training keeps fp32
@@ -104,8 +112,7 @@ def load(cfg, path=None, train=False):
         tok = build_tokenizer(tiny_corpus(), cfg["tiny_vocab"])
         model = build_tiny(cfg, tok).to(dtype)
     else:
-        if os.path.sep in path and not os.path.isdir(path):
-            raise FileNotFoundError(f"{path}: no such checkpoint or model folder")
+        check_model_path(path)
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     if tok.pad_token is None:  # many base models have none; padding is masked anyway
