@@ -14,7 +14,7 @@ import os
 DEFAULTS = dict(
     # --- the evaluator (kernels.py) ---
     backend="auto",          # auto | cuda | cpu: what candidates are written for and timed on
-    gpus="",                 # comma list of GPU indices for timing workers; "" = all visible
+    gpus="",                 # comma list of visible GPU indices (into CUDA_VISIBLE_DEVICES) for timing; "" = all
     workers=0,               # parallel compile workers; 0 = one per free CPU core
     cache_dir="",            # build cache; "" = $CUDAL1_CACHE or ~/.cache/cudal1
     compile_timeout=600.0,   # seconds for importing a candidate (its builds included)

@@ -1327,10 +1327,27 @@ def pick_backend(name):
     return "cuda" if torch.cuda.is_available() and shutil.which("nvcc") else "cpu"
 
 
+def physical_gpu(index, visible=None):
+    """The CUDA_VISIBLE_DEVICES entry for visible GPU `index` of this process.
+
+    Workers get one GPU each through CUDA_VISIBLE_DEVICES, which names GPUs as the machine
+    numbers them; a parent started with CUDA_VISIBLE_DEVICES=2,3 must hand its GPU 0 out as
+    "2", not "0". Entries may be indices or UUIDs and pass through unchanged."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if not visible or not visible.strip():
+        return str(index)
+    ids = [v.strip() for v in visible.split(",")]
+    ids = ids[:ids.index("")] if "" in ids else ids  # CUDA stops at the first empty or bad entry
+    if not 0 <= index < len(ids):
+        raise ValueError(f"GPU {index} is not among the {len(ids)} visible ones (CUDA_VISIBLE_DEVICES={visible})")
+    return ids[index]
+
+
 def _gpu_arch(gpu):
     """Compute capability without creating a CUDA context in this process."""
     try:
-        r = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader", "-i", str(gpu)],
+        r = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader",
+                            "-i", physical_gpu(gpu)],
                            capture_output=True, text=True, timeout=30)
         if r.returncode == 0 and r.stdout.strip():
             return r.stdout.strip().replace(".", "")
@@ -1455,7 +1472,7 @@ class Evaluator:
             job["cores"] = self.compile_cores
         else:
             if self.backend == "cuda":
-                env["CUDA_VISIBLE_DEVICES"] = str(self.gpus[slot])
+                env["CUDA_VISIBLE_DEVICES"] = physical_gpu(self.gpus[slot])
             job["cores"] = self.run_cores[slot]
         job = dict(job, env=env)
         timeout = self.cfg["compile_timeout"] if kind == "compile" else self.cfg["run_timeout"]
@@ -1473,7 +1490,7 @@ class Evaluator:
         return _Running(kind, item, proc, parent, _now() + timeout, slot, job["log"])
 
     def _spawn_standby(self, slot):
-        env = dict(self.env, CUDA_VISIBLE_DEVICES=str(self.gpus[slot]))
+        env = dict(self.env, CUDA_VISIBLE_DEVICES=physical_gpu(self.gpus[slot]))
         parent, child = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(target=_standby_main, args=(child, env, self.run_cores[slot]), daemon=True)
         proc.start()

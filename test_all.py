@@ -198,6 +198,16 @@ def test_trim_log_keeps_errors():
     assert len(t) <= 1000 and "error: bad thing" in t
 
 
+
+def test_worker_gpu_is_named_as_the_machine_numbers_it():
+    # A parent limited to GPUs 2,3 hands its GPU 0 to a worker as "2" (the worker's own
+    # CUDA_VISIBLE_DEVICES is read against the whole machine).
+    assert kernels.physical_gpu(0, "2,3") == "2" and kernels.physical_gpu(1, "2, 3") == "3"
+    assert kernels.physical_gpu(1, "") == "1"
+    assert kernels.physical_gpu(0, "GPU-8f1c,GPU-77aa") == "GPU-8f1c"
+    with pytest.raises(ValueError, match="not among the 1 visible"):
+        kernels.physical_gpu(1, "5")
+
 # ---------------------------------------------------------------------------- correctness math
 
 def test_rel_err_and_compare():
