@@ -300,20 +300,20 @@ def train_step(cfg, model, ref_model, opt, tok, groups, world):
         return stats
     # Dr. GRPO: a constant (sequences x max_new_tokens), so long replies are not favoured
     normaliser = sum(t["seqs"] for t in totals) * cfg["max_new_tokens"] if cfg["dr_grpo"] else g_tokens
-    mb = cfg["crl_micro_batch"]
+    mb, temp = cfg["crl_micro_batch"], cfg["temperature"] or 1.0  # log-probs at the sampling temperature
     batches = [live[i:i + mb] for i in range(0, len(live), mb)]
     packed = [{k: v.to(dev) for k, v in policy.pack(tok, [s["prompt_ids"] for s in b], [s["ids"] for s in b]).items()}
               for b in batches]
     # pi_old and the reference are fixed for all inner epochs: score them once
     with torch.no_grad():
-        old = [policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], cfg["temperature"] or 1.0)
+        old = [policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], temp)
                for p in packed]
-        ref = [policy.completion_logprobs(ref_model, p["input_ids"], p["attention_mask"], cfg["temperature"] or 1.0)
+        ref = [policy.completion_logprobs(ref_model, p["input_ids"], p["attention_mask"], temp)
                for p in packed] if ref_model is not None else [None] * len(packed)
     model.train()
     for epoch in range(cfg["ppo_epochs"]):
         for b, p, o, r in zip(batches, packed, old, ref):
-            logp = policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], cfg["temperature"] or 1.0)
+            logp = policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], temp)
             mask = p["completion_mask"][:, 1:].float()
             adv = torch.tensor([s["adv"] for s in b], device=dev)
             loss, st = grpo_loss(logp, o, r, adv, mask, cfg["clip_eps"], cfg["beta"], normaliser)
@@ -392,6 +392,7 @@ def run(cfg):
         model, tok, state = policy.load_checkpoint(out, cfg)
         if state["step"] >= cfg["crl_steps"]:
             print(f"crl: {out} has run its {state['step']} steps (raise --crl_steps to go on, or delete it)")
+            dist_teardown(world)
             return out
         print(f"crl: resuming after step {state['step']}")
     else:  # a stage's checkpoint, a model folder or a hub name

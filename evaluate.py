@@ -13,6 +13,7 @@ rejection reasons.
 
 Settings are config.py's (`--key=value`); the full results go to out/evaluate/<time>.json.
 """
+import functools
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import config
 import crl
 import kernels
 import policy
+import prompts
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 
@@ -108,7 +110,6 @@ def sample_pairs(cfg, tasks, backend, checkpoint):
     no --model the tiny built-in model, untrained) -> ([(Task, Solution)], [Verdict for
     unusable responses], [sample records]). With --exemplars_db (a crl.py db.jsonl) the
     prompts show exemplars from it, bucket-sampled as in Stage 3."""
-    import prompts
     model, tok = policy.load(cfg, checkpoint if checkpoint not in ("", "base") else None)
     db = crl.Database(cfg["exemplars_db"], repair=False) if cfg["exemplars_db"] else None
     rng = random.Random(cfg["seed"])
@@ -132,12 +133,13 @@ def sample_pairs(cfg, tasks, backend, checkpoint):
     return pairs, failed, samples
 
 
-def sharded(ev, pairs, rank, world, desc="evaluating"):
-    """Under torchrun each rank judges every world-th pair on its own GPU; every rank gets
-    all verdicts back, in order."""
-    mine = ev.evaluate(pairs[rank::world], desc=desc) if pairs[rank::world] else []
+def sharded(judge, items, rank, world):
+    """Under torchrun each rank judges every world-th item (a (task, solution) pair or a
+    task) on its own GPU with judge(items) -> [Verdict]; every rank gets all verdicts back,
+    in the items' order."""
+    mine = judge(items[rank::world]) if items[rank::world] else []
     parts = crl.all_gather([v.to_dict() for v in mine], world)
-    out = [None] * len(pairs)
+    out = [None] * len(items)
     for r, part in enumerate(parts):
         out[r::world] = [kernels.Verdict(**d) for d in part]
     return out
@@ -149,16 +151,16 @@ def model_mode(cfg, tasks, ev, rank, world):
     their samples do. Under torchrun each rank samples its share of the tasks.
     -> (verdicts, summary, samples)"""
     order = {t.name: i for i, t in enumerate(tasks)}
+    by_name = {t.name: t for t in tasks}
     verdicts, summary, samples = [], {}, []
     for ck in cfg["checkpoint"].split(",") if cfg["checkpoint"] else [""]:
         pairs, failed, smp = sample_pairs(cfg, tasks[rank::world], ev.backend, ck.strip())
         parts = crl.all_gather(dict(pairs=[(t.name, s.code, s.name) for t, s in pairs],
                                     failed=[v.to_dict() for v in failed], samples=smp), world)
-        by_name = {t.name: t for t in tasks}
         pairs = [(by_name[t], kernels.Solution(c, n)) for p in parts for t, c, n in p["pairs"]]
         failed = [kernels.Verdict(**d) for p in parts for d in p["failed"]]
-        vs = sorted(sharded(ev, pairs, rank, world, f"judging {ck or 'base'}") + failed,
-                    key=lambda v: (order[v.task], v.solution))
+        judge = functools.partial(ev.evaluate, desc=f"judging {ck or 'base'}")
+        vs = sorted(sharded(judge, pairs, rank, world) + failed, key=lambda v: (order[v.task], v.solution))
         if rank == 0:
             print()
             summary[ck or "base"] = report(vs)
@@ -211,12 +213,12 @@ def main(argv=None):
         print(f"rank {rank}/{world}: " * (world > 1) + f"backend {ev.backend}, "
               f"{len(ev.gpus) if ev.backend == 'cuda' else 0} GPU(s), {ev.workers} compile workers, cache {ev.cache}")
         if cfg["reference_only"]:
-            mine = ev.run_references(tasks[rank::world])
-            verdicts = [kernels.Verdict(**d) for p in crl.all_gather([v.to_dict() for v in mine], world) for d in p]
+            verdicts = sharded(ev.run_references, tasks, rank, world)
             bad = [v for v in verdicts if not v.ok]
             for v in verdicts if rank == 0 else []:
                 print(f"{v.task[:40]:40s} {v.status:10s} {_fmt(v.ref_ms, '.3f'):>10s} ms  {v.message[:60]}")
-            print(f"\n{len(verdicts) - len(bad)}/{len(verdicts)} references ran" if rank == 0 else "", end="")
+            if rank == 0:
+                print(f"\n{len(verdicts) - len(bad)}/{len(verdicts)} references ran")
             summary = {"references_ok": len(verdicts) - len(bad), "n": len(verdicts)}
         elif cfg["samples"]:
             verdicts, summary, samples = model_mode(cfg, tasks, ev, rank, world)
@@ -234,7 +236,7 @@ def main(argv=None):
                 pairs = [p for p in pairs if p not in other]
             if not pairs:
                 sys.exit("evaluate.py: nothing to evaluate")
-            verdicts = sharded(ev, pairs, rank, world)
+            verdicts = sharded(ev.evaluate, pairs, rank, world)
             if rank == 0:
                 print()
                 summary = report(verdicts)

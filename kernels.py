@@ -1337,7 +1337,7 @@ def physical_gpu(index, visible=None):
     if not visible or not visible.strip():
         return str(index)
     ids = [v.strip() for v in visible.split(",")]
-    ids = ids[:ids.index("")] if "" in ids else ids  # CUDA stops at the first empty or bad entry
+    ids = ids[:ids.index("")] if "" in ids else ids  # CUDA ignores everything from an empty entry on
     if not 0 <= index < len(ids):
         raise ValueError(f"GPU {index} is not among the {len(ids)} visible ones (CUDA_VISIBLE_DEVICES={visible})")
     return ids[index]

@@ -241,8 +241,9 @@ def sft_loss(logp, mask):
 
 def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft"):
     """Fine-tune on [dict(prompt, completion)] for `epochs`; checkpoints every `ckpt_every`
-    steps, on Ctrl-C and at the end (extra.done). A resumed run continues at its step with
-    the same batch order. Returns the optimizer (its state goes into later checkpoints)."""
+    steps and on Ctrl-C (the caller saves the final one). A resumed run continues at its
+    step with the same batch order. -> (optimizer, steps): the optimizer's state goes into
+    later checkpoints."""
     import torch
     dev = next(model.parameters()).device
     batches = schedule(data, cfg, max(1, epochs))
