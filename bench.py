@@ -14,14 +14,12 @@ Results go to out/bench/<what>-<backend>.json.
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 
 import config
 import kernels
-
-DEFAULTS = dict(config.DEFAULTS, what="all", fresh_cache=True)
+import taskset
 
 
 # The same GELU kernel in KernelBench's format (load_inline, torch headers), to put a
@@ -79,10 +77,8 @@ class ModelNew(nn.Module):
 
 
 def seed_pairs(cfg, backend):
-    tasks = {t.name: t for t in kernels.select(kernels.load_tasks(cfg["tasks"]), cfg["only"])}
-    sols = kernels.load_solutions(cfg["solutions"] or os.path.join(kernels.BUILTIN_TASKS, "seeds", backend))
-    pairs, _ = kernels.match(list(tasks.values()), sols)
-    return [(t, s) for t, s in pairs if kernels.solution_backend(s.code) in (None, backend)]
+    sols = taskset.load_solutions(cfg["solutions"] or os.path.join(taskset.BUILTIN_TASKS, "seeds", backend))
+    return taskset.pair_up(taskset.load_tasks(cfg["tasks"]), sols, cfg["only"], backend).pairs
 
 
 def pct(xs, q):
@@ -118,7 +114,7 @@ def throughput(cfg, pairs):
                 load(m.group(3))
             hit_ms = (time.perf_counter() - t0) / 20 * 1e3
     # The load_inline version of one kernel, built cold, for comparison.
-    task = next(t for t in kernels.load_tasks(cfg["tasks"]) if t.name == "gelu")
+    task = next(t for t in taskset.load_tasks(cfg["tasks"]) if t.name == "gelu")
     with kernels.Evaluator(cfg) as ev:
         [iv] = ev.evaluate([(task, INLINE[ev.backend])], desc="load_inline")
     inline_s = iv.seconds.get("compile")
@@ -187,19 +183,17 @@ def gpu_scaling(cfg, pairs):
     return out
 
 
-def main(argv=None):
-    try:
-        cfg = config.parse(sys.argv[1:] if argv is None else argv, DEFAULTS)
-    except ValueError as e:
-        sys.exit(f"bench.py: {e}")
+def run(cfg):
+    if cfg["what"] not in ("throughput", "stability", "all", "gpus"):
+        raise ValueError(f"--what is throughput, stability, all or gpus, not {cfg['what']!r}")
     backend = kernels.pick_backend(cfg["backend"])
     cfg["backend"] = backend
+    pairs = seed_pairs(cfg, backend)
+    if not pairs:
+        raise ValueError("no candidates for this backend")
     tmp = None
     if cfg["fresh_cache"] and not cfg["cache_dir"]:
         tmp = cfg["cache_dir"] = tempfile.mkdtemp(prefix="bench-cache-")  # cold means cold
-    pairs = seed_pairs(cfg, backend)
-    if not pairs:
-        sys.exit("bench.py: no candidates for this backend")
     import torch
     dev = torch.cuda.get_device_name(0) if backend == "cuda" else f"{os.cpu_count()}-core CPU"
     print(f"backend {backend} on {dev}; torch {torch.__version__}")
@@ -218,6 +212,10 @@ def main(argv=None):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     json.dump(res, open(path, "w"), indent=1)
     print(f"results: {path}")
+
+
+def main(argv=None):
+    return config.cli(run, argv, "bench.py", __doc__, config.BENCH, resumable=False)
 
 
 if __name__ == "__main__":

@@ -3,102 +3,127 @@
     python evaluate.py --config small --workers=4 --tasks tasks
     python evaluate.py --tasks=tasks --solutions tasks/seeds --check_seeds 3
 
-Every setting of every script lives once in DEFAULTS (its type is the type of its default);
-a preset is a named set of overrides; `--key=value` or `--key value` overrides both. Unknown
-keys and values of the wrong type are errors, with a suggestion for near misses.
+Every setting of every script lives once in SETTINGS, with its default (whose type is the
+setting's type) and its meaning; a preset is a named set of overrides; `--key=value` or
+`--key value` overrides both. Unknown keys and values of the wrong type are errors, with a
+suggestion for near misses. `--help` prints a script's docstring and the settings it reads.
 """
 import difflib
 import json
 import os
 
-DEFAULTS = dict(
-    # --- the evaluator (kernels.py) ---
-    backend="auto",          # auto | cuda | cpu: what candidates are written for and timed on
-    gpus="",                 # comma list of visible GPU indices (into CUDA_VISIBLE_DEVICES) for timing; "" = all
-    workers=0,               # parallel compile workers; 0 = one per free CPU core
-    cache_dir="",            # build cache; "" = $CUDAL1_CACHE or ~/.cache/cudal1
-    compile_timeout=600.0,   # seconds for importing a candidate (its builds included)
-    run_timeout=300.0,       # seconds for checking and timing one candidate
-    check_seeds=2,           # weight seeds for the correctness check (DESIGN.md 4: at least 2)
-    check_inputs=2,          # fresh input sets per weight seed
-    allow_lowp=False,        # accept fp16/bf16/TF32 arithmetic in fp32 tasks
-    require_kernel=False,    # reject candidates that never call a compiled kernel
-    timing_rounds=5,         # rounds of interleaved ref/candidate runs (median of round medians)
-    max_rounds=10,           # extra rounds allowed when rounds disagree
-    round_seconds=0.15,      # target length of one round (both programs)
-    min_runs=3,              # timed calls per program per round, at least
-    max_runs=100,            # ... and at most
-    spread_limit=0.05,       # rounds disagreeing by more than this get more rounds
-    suspicious_speedup=10.0, # speedups above this are measured again, longer
-    baseline="eager",        # eager | compile: what the reference is timed as
-    time_candidates=True,    # false: check correctness only (Stage 1/2 filtering ignores speed)
-    # --- the policy (policy.py) ---
-    model="",                # "" = the tiny built-in model; else a local path or hub name
-    device="auto",           # auto | cuda | cpu
-    dtype="auto",            # auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
-    tiny_dim=192,            # the tiny built-in model: width, layers, heads, vocabulary
-    tiny_layers=4,
-    tiny_heads=4,
-    tiny_vocab=16384,
-    max_len=3072,            # prompt + completion tokens, at most
-    temperature=0.7,         # sampling
-    top_p=0.95,
-    max_new_tokens=1536,
-    gen_batch=8,             # prompts per generate() call
-    # --- Stage 1 (sft.py) ---
-    teachers="builtin",      # comma list: builtin | file:<jsonl> | hf:<path-or-name> | openai:<base_url>
-    teacher_model="",        # model name for openai: teachers
-    api_key_env="OPENAI_API_KEY",  # environment variable holding the openai: key
-    teacher_timeout=600.0,   # seconds per openai: request
-    attempts=20,             # K: attempts per task per teacher (the paper's 20)
-    keep=2,                  # successful variants kept per task per teacher (the paper's 2)
-    mutate=True,             # builtin teacher: also emit mutated seeds (launch sizes, unrolling)
-    sft_exemplars=0,         # show up to this many timed dataset variants in Stage 1 prompts (0 = the paper)
-    lr=2e-3,
-    weight_decay=0.0,
-    warmup=20,               # warmup steps, then cosine decay to 10% of lr
-    epochs=30,
-    batch_size=2,
-    grad_accum=1,
-    grad_clip=1.0,
-    ckpt_every=100,          # steps between checkpoints
-    log_every=10,            # steps between printed log lines (log.jsonl has every step)
-    seed=0,
-    init_from="",            # checkpoint to start from ("" = the previous stage's output)
-    # --- Stage 2 (selftrain.py) ---
-    st_rounds=3,             # rounds of sample -> judge -> fine-tune on successes
-    st_samples=4,            # samples per task per round
-    st_epochs=2,             # epochs over each round's successes
-    st_lr=2e-4,
-    # --- Stage 3 (crl.py) ---
-    crl_steps=20,            # RL steps
-    crl_tasks_per_step=6,    # prompts (tasks) per step, split over ranks
-    crl_samples=4,           # G: samples per prompt
-    crl_lr=1e-4,
-    crl_temperature=1.0,     # sampling temperature in Stage 3 (exploration)
-    crl_micro_batch=8,       # sequences per forward/backward in the update
-    ppo_epochs=2,            # inner epochs (optimizer steps) per batch
-    clip_eps=0.2,            # PPO ratio clip
-    beta=0.0,                # k3 KL to the frozen starting model (0 = no reference model loaded)
-    dr_grpo=False,           # Dr. GRPO: no std scaling, constant normaliser
-    reward_clip=1.5,         # k in r_hat = clip((r - mean) / std, -k, k) (the paper's 1.5)
-    exemplars="bucket",      # bucket | random (the ablation)
-    n_exemplars=2,           # N: earlier variants shown per prompt (the paper's 2)
-    bucket_width=0.25,       # speedup width of a score bucket
-    tau=1.0,                 # bucket sampling temperature
-    crl_ckpt_every=1,        # steps between checkpoints (1: a kill loses at most the step in flight)
-    dump_every=5,            # steps between sample dumps (samples/step_<n>_rank<r>.jsonl)
-    checkpoint="",           # evaluate.py model mode: checkpoint(s) to sample from, comma list ("base" = --model)
-    samples=0,               # evaluate.py model mode: k samples per task (0 = solutions mode)
-    exemplars_db="",         # evaluate.py model mode: show exemplars from this crl db.jsonl
-    # --- evaluate.py ---
-    tasks="builtin",         # builtin | tasks folder | KernelBench folder | .py | .jsonl
-    solutions="",            # .py | folder | .jsonl (incl. the CUDA-L1 release layout)
-    only="",                 # comma list of task names (or level_problem ids) to keep
-    reference_only=False,    # just load and run each reference once (no candidates)
-    out="out",               # output root
-    progress=True,           # progress bars
-)
+# Every setting: (default, one-line meaning), grouped by what reads it. The type of the
+# default is the setting's type. `--help` prints the groups a script reads.
+SETTINGS = {
+    "run": ("tasks, outputs (every script)", dict(
+        tasks=("builtin", "builtin | a tasks folder | a KernelBench folder | a .py | a .jsonl"),
+        only=("", "comma list of task names (or KernelBench ids such as L1_19) to keep"),
+        solutions=("", "evaluate.py, bench.py: a .py | a folder | a .jsonl (the CUDA-L1 release layout too)"),
+        out=("out", "output root: stages write out/<config>/<stage>/"),
+        seed=(0, "random seed (teacher order, batches, sampling)"),
+        progress=(True, "progress bars"),
+    )),
+    "evaluator": ("the evaluator (kernels.py)", dict(
+        backend=("auto", "auto | cuda | cpu: what candidates are written for and timed on"),
+        gpus=("", "comma list of visible GPU indices for timing workers; \"\" = all"),
+        workers=(0, "parallel compile workers; 0 = one per free CPU core"),
+        cache_dir=("", "build cache; \"\" = $CUDAL1_CACHE or ~/.cache/cudal1"),
+        compile_timeout=(600.0, "seconds for importing a candidate (its builds included)"),
+        run_timeout=(300.0, "seconds for checking and timing one candidate"),
+        check_seeds=(2, "weight seeds for the correctness check (at least 2)"),
+        check_inputs=(2, "fresh input sets per weight seed"),
+        allow_lowp=(False, "accept fp16/bf16/TF32 arithmetic in fp32 tasks"),
+        require_kernel=(False, "reject candidates that never call a compiled kernel"),
+        timing_rounds=(5, "rounds of interleaved reference/candidate runs (median of round medians)"),
+        max_rounds=(10, "extra rounds allowed when rounds disagree"),
+        round_seconds=(0.15, "target length of one round (both programs)"),
+        min_runs=(3, "timed calls per program per round, at least"),
+        max_runs=(100, "timed calls per program per round, at most"),
+        spread_limit=(0.05, "rounds disagreeing by more than this get more rounds"),
+        suspicious_speedup=(10.0, "speedups above this are measured again, longer"),
+        baseline=("eager", "eager | compile: what the reference is timed as"),
+        time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),
+    )),
+    "model": ("the policy (policy.py)", dict(
+        model=("", "\"\" = the tiny built-in model; else a local path or hub name"),
+        device=("auto", "auto | cuda | cpu"),
+        dtype=("auto", "auto (bf16 on GPU for inference, fp32 for training and on CPU) | bf16 | fp32"),
+        tiny_dim=(192, "the tiny built-in model: width"),
+        tiny_layers=(4, "the tiny built-in model: layers"),
+        tiny_heads=(4, "the tiny built-in model: attention heads"),
+        tiny_vocab=(16384, "the tiny built-in model: tokenizer vocabulary cap"),
+        max_len=(3072, "prompt + completion tokens, at most"),
+        temperature=(0.7, "sampling temperature (Stages 1-2, evaluate.py)"),
+        top_p=(0.95, "nucleus sampling"),
+        max_new_tokens=(1536, "tokens per reply, at most"),
+        gen_batch=(8, "sequences per generate() call"),
+    )),
+    "sft": ("Stage 1 (sft.py) and the fine-tuning Stage 2 shares", dict(
+        teachers=("builtin", "comma list: builtin | file:<jsonl or folder> | hf:<path or name> | openai:<base_url>"),
+        teacher_model=("", "model name for openai: teachers"),
+        api_key_env=("OPENAI_API_KEY", "environment variable holding the openai: key"),
+        teacher_timeout=(600.0, "seconds per openai: request"),
+        attempts=(20, "K: attempts per task per teacher (the paper's 20)"),
+        keep=(2, "successful variants kept per task per teacher (the paper's 2)"),
+        mutate=(True, "builtin teacher: also emit mutated seeds (launch sizes, unrolling)"),
+        sft_exemplars=(0, "show up to this many timed dataset variants in Stage 1 prompts (0 = the paper)"),
+        lr=(2e-3, "learning rate"),
+        weight_decay=(0.0, "AdamW weight decay (every stage)"),
+        warmup=(20, "warmup steps, then cosine decay to 10% of lr"),
+        epochs=(30, "epochs over the dataset"),
+        batch_size=(2, "examples per micro-batch"),
+        grad_accum=(1, "micro-batches per optimizer step"),
+        grad_clip=(1.0, "gradient norm clip (every stage)"),
+        ckpt_every=(100, "steps between checkpoints"),
+        log_every=(10, "steps between printed log lines (log.jsonl has every step)"),
+        init_from=("", "checkpoint to start from (\"\" = the previous stage's output)"),
+    )),
+    "selftrain": ("Stage 2 (selftrain.py)", dict(
+        st_rounds=(3, "rounds of sample -> judge -> fine-tune on successes"),
+        st_samples=(4, "samples per task per round"),
+        st_epochs=(2, "epochs over each round's successes"),
+        st_lr=(2e-4, "learning rate"),
+    )),
+    "crl": ("Stage 3 (crl.py)", dict(
+        crl_steps=(20, "RL steps"),
+        crl_tasks_per_step=(6, "prompts (tasks) per step, split over ranks"),
+        crl_samples=(4, "G: samples per prompt"),
+        crl_lr=(1e-4, "learning rate"),
+        crl_temperature=(1.0, "sampling temperature in Stage 3 (exploration)"),
+        crl_micro_batch=(8, "sequences per forward/backward in the update"),
+        ppo_epochs=(2, "inner epochs (optimizer steps) per batch"),
+        clip_eps=(0.2, "PPO ratio clip"),
+        beta=(0.0, "k3 KL to the frozen starting model (0 = no reference model loaded)"),
+        dr_grpo=(False, "Dr. GRPO: no std scaling, constant normaliser"),
+        reward_clip=(1.5, "k in r_hat = clip((r - mean) / std, -k, k) (the paper's 1.5)"),
+        crl_ckpt_every=(1, "steps between checkpoints (1: a kill loses at most the step in flight)"),
+        dump_every=(5, "steps between sample dumps (samples/step_<n>_rank<r>.jsonl)"),
+    )),
+    "exemplars": ("exemplars in the contrastive prompt (crl.py, evaluate.py --exemplars_db)", dict(
+        exemplars=("bucket", "bucket | random (the ablation)"),
+        n_exemplars=(2, "N: earlier variants shown per prompt (the paper's 2)"),
+        bucket_width=(0.25, "speedup width of a score bucket"),
+        tau=(1.0, "bucket sampling temperature"),
+    )),
+    "evaluate": ("evaluate.py", dict(
+        reference_only=(False, "just load and run each reference once (no candidates)"),
+        checkpoint=("", "model mode: checkpoint(s) to sample from, comma list (\"base\" = --model)"),
+        samples=(0, "model mode: k samples per task (0 = solutions mode)"),
+        exemplars_db=("", "model mode: show exemplars from this db.jsonl (or Stage 1's data.jsonl)"),
+    )),
+    "bench": ("bench.py", dict(
+        what=("all", "throughput | stability | all | gpus"),
+        fresh_cache=(True, "time cold builds in a new, empty build cache"),
+    )),
+}
+DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items()}
+
+# What each script reads, for its --help.
+STAGE1 = ("run", "evaluator", "model", "sft")
+STAGE2 = STAGE1 + ("selftrain",)
+STAGE3 = STAGE2 + ("crl", "exemplars")
+EVALUATE = ("run", "evaluator", "model", "evaluate", "exemplars")
+BENCH = ("run", "evaluator", "bench")
 
 PRESETS = {
     # The offline default: tiny built-in model, built-in suite, backend picked from the machine.
@@ -171,20 +196,38 @@ def parse(argv, defaults=DEFAULTS):
 DEFAULTS["config"] = "default"
 
 
-def cli(run, argv, prog):
-    """A script's main(): parse argv, run, and turn bad input (a ValueError, a missing
-    file) into one clear line and exit status 1 instead of a traceback."""
+def usage(doc, sections):
+    """A script's --help: its docstring, then the settings it reads with their defaults."""
+    lines = [doc.strip(), "", f"Settings: --key=value (or --key value; a bare --flag for true). "
+             f"--config NAME starts from a preset: {', '.join(PRESETS)}."]
+    for name in sections:
+        title, group = SETTINGS[name]
+        lines += ["", title + ":"]
+        for key, (default, meaning) in group.items():
+            shown = f"--{key}={json.dumps(default) if isinstance(default, str) else str(default).lower()}"
+            lines.append(f"  {shown:30s} {meaning}" if len(shown) < 31 else f"  {shown}\n  {'':30s} {meaning}")
+    return "\n".join(lines)
+
+
+def cli(run, argv, prog, doc, sections, resumable=True):
+    """A script's main(): --help, or parse argv and run, turning bad input (a ValueError, a
+    missing file) into one clear line and exit status 1 instead of a traceback."""
     import sys
+    argv = sys.argv[1:] if argv is None else argv
+    if "--help" in argv or "-h" in argv:
+        print(usage(doc, sections))
+        return None
     try:
-        return run(parse(sys.argv[1:] if argv is None else argv))
-    except (ValueError, FileNotFoundError) as e:  # kernels.TaskError is a ValueError
+        return run(parse(argv))
+    except (ValueError, FileNotFoundError) as e:  # taskset.TaskError is a ValueError
         sys.exit(f"{prog}: {e}")
     except KeyboardInterrupt:  # checkpoints and logs already on disk stay; workers are stopped
-        sys.exit(f"\n{prog}: interrupted; run the same command to resume from the last checkpoint")
+        sys.exit(f"\n{prog}: interrupted; " + ("run the same command to resume from the last checkpoint"
+                                               if resumable else "workers stopped, no results written"))
 
 
 def save(cfg, path):
-    """Write the full config next to whatever it produced (DESIGN.md 5)."""
+    """Write the full config next to whatever it produced, so a run can be read and repeated."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1, sort_keys=True)

@@ -9,23 +9,25 @@ rejection reasons.
     python evaluate.py --tasks builtin --solutions tasks/seeds/cuda --baseline compile
     python evaluate.py --tasks ../KernelBench/KernelBench/level1 --solutions runs/level1
     python evaluate.py --solutions cuda_l1_h100.jsonl      # records carry their own ref_code
-    python evaluate.py --tasks ../shared/kernelbench/problems.jsonl --reference_only
+    python evaluate.py --tasks problems.jsonl --reference_only     # KernelBench as one JSONL
 
-Settings are config.py's (`--key=value`); the full results go to out/evaluate/<time>.json.
+Settings are config.py's (`--key=value`, `--help` lists them); the full results go to
+out/evaluate/<time>.json.
 """
 import functools
 import json
 import math
 import os
 import random
-import sys
 import time
 
+import common
 import config
-import crl
+import exemplars
 import kernels
 import policy
 import prompts
+import taskset
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 
@@ -45,7 +47,7 @@ def summarize(verdicts):
         n=n, ok=len(ok), success_rate=len(ok) / n if n else 0.0,
         mean_speedup=sum(ok) / n if n else 0.0,
         geomean_speedup=math.exp(sum(math.log(s) for s in ok) / len(ok)) if ok else 0.0,
-        median_speedup=kernels._median(ok) if ok else 0.0,
+        median_speedup=kernels.median(ok) if ok else 0.0,
         max_speedup=max(ok) if ok else 0.0,
         fast_p={str(p): sum(s > p for s in ok) / n if n else 0.0 for p in FAST_P},
         reasons=dict(sorted(reasons.items(), key=lambda kv: -kv[1])))
@@ -111,9 +113,9 @@ def sample_pairs(cfg, tasks, backend, checkpoint):
     unusable responses], [sample records]). With --exemplars_db (a crl.py db.jsonl) the
     prompts show exemplars from it, bucket-sampled as in Stage 3."""
     model, tok = policy.load(cfg, checkpoint if checkpoint not in ("", "base") else None)
-    db = crl.Database(cfg["exemplars_db"], repair=False) if cfg["exemplars_db"] else None
+    db = exemplars.Database(cfg["exemplars_db"], repair=False) if cfg["exemplars_db"] else None
     rng = random.Random(cfg["seed"])
-    msgs = [prompts.task_prompt(t.code, backend, crl.pick_exemplars(db, t, cfg, rng) if db else ())
+    msgs = [prompts.task_prompt(t.code, backend, exemplars.pick_exemplars(db, t, cfg, rng) if db else ())
             for t in tasks]
     t0 = time.time()
     outs = policy.generate(model, tok, msgs, cfg, n=cfg["samples"], desc=f"sampling {checkpoint or 'base'}")
@@ -123,13 +125,13 @@ def sample_pairs(cfg, tasks, backend, checkpoint):
     for task, group in zip(tasks, outs):
         for j, s in enumerate(group):
             name = f"{checkpoint or 'base'}:{task.name}/sample{j}"
-            p = prompts.parse_response(s["text"])
-            samples.append(dict(checkpoint=checkpoint, task=task.name, sample=j, text=s["text"],
-                                finished=s["finished"], parse_error=p.error))
+            p = prompts.parse_response(s.text)
+            samples.append(dict(checkpoint=checkpoint, task=task.name, sample=j, text=s.text,
+                                finished=s.finished, parse_error=p.error))
             if p.code is None:
-                failed.append(kernels.Verdict(task.name, name, "compile_error", p.error.split(":")[0], p.error))
+                failed.append(common.unusable(task.name, name, p))
             else:
-                pairs.append((task, kernels.Solution(p.code, name)))
+                pairs.append((task, taskset.Solution(p.code, name)))
     return pairs, failed, samples
 
 
@@ -138,7 +140,7 @@ def sharded(judge, items, rank, world):
     task) on its own GPU with judge(items) -> [Verdict]; every rank gets all verdicts back,
     in the items' order."""
     mine = judge(items[rank::world]) if items[rank::world] else []
-    parts = crl.all_gather([v.to_dict() for v in mine], world)
+    parts = common.all_gather([v.to_dict() for v in mine], world)
     out = [None] * len(items)
     for r, part in enumerate(parts):
         out[r::world] = [kernels.Verdict(**d) for d in part]
@@ -155,9 +157,9 @@ def model_mode(cfg, tasks, ev, rank, world):
     verdicts, summary, samples = [], {}, []
     for ck in cfg["checkpoint"].split(",") if cfg["checkpoint"] else [""]:
         pairs, failed, smp = sample_pairs(cfg, tasks[rank::world], ev.backend, ck.strip())
-        parts = crl.all_gather(dict(pairs=[(t.name, s.code, s.name) for t, s in pairs],
+        parts = common.all_gather(dict(pairs=[(t.name, s.code, s.name) for t, s in pairs],
                                     failed=[v.to_dict() for v in failed], samples=smp), world)
-        pairs = [(by_name[t], kernels.Solution(c, n)) for p in parts for t, c, n in p["pairs"]]
+        pairs = [(by_name[t], taskset.Solution(c, n)) for p in parts for t, c, n in p["pairs"]]
         failed = [kernels.Verdict(**d) for p in parts for d in p["failed"]]
         judge = functools.partial(ev.evaluate, desc=f"judging {ck or 'base'}")
         vs = sorted(sharded(judge, pairs, rank, world) + failed, key=lambda v: (order[v.task], v.solution))
@@ -186,28 +188,18 @@ def model_mode(cfg, tasks, ev, rank, world):
     return verdicts, summary, samples
 
 
-def main(argv=None):
-    try:
-        cfg = config.parse(sys.argv[1:] if argv is None else argv)
-    except ValueError as e:
-        sys.exit(f"evaluate.py: {e}")
-    rank, world, cfg = crl.dist_setup(cfg)  # under torchrun: one GPU and a share of the cores per rank
+def run(cfg):
+    rank, world, cfg = common.dist_setup(cfg)  # under torchrun: one GPU and a share of the cores per rank
     t0 = time.time()
-    try:
-        all_tasks = kernels.load_tasks(cfg["tasks"])
-        tasks = kernels.select(all_tasks, cfg["only"])
-        solutions = kernels.load_solutions(cfg["solutions"]) if cfg["solutions"] else []
-    except kernels.TaskError as e:
-        sys.exit(f"evaluate.py: {e}")
-    try:  # every checkpoint named must exist before any sampling starts
-        for ck in cfg["checkpoint"].split(",") if cfg["samples"] and cfg["checkpoint"] else []:
-            if ck.strip() not in ("", "base"):
-                policy.check_model_path(ck.strip())
-    except FileNotFoundError as e:
-        sys.exit(f"evaluate.py: {e}")
+    all_tasks = taskset.load_tasks(cfg["tasks"])
+    tasks = taskset.select(all_tasks, cfg["only"])
+    solutions = taskset.load_solutions(cfg["solutions"]) if cfg["solutions"] else []
+    for ck in cfg["checkpoint"].split(",") if cfg["samples"] and cfg["checkpoint"] else []:
+        if ck.strip() not in ("", "base"):  # every checkpoint named must exist before any sampling starts
+            policy.check_model_path(ck.strip())
     if not cfg["reference_only"] and not solutions and not cfg["samples"]:
-        sys.exit("evaluate.py: give --solutions (a .py, a folder or a .jsonl), --samples k (model mode), "
-                 "or --reference_only")
+        raise ValueError("give --solutions (a .py, a folder or a .jsonl), --samples k (model mode), "
+                         "or --reference_only")
     samples = None
     with kernels.Evaluator(cfg, progress=cfg["progress"] and rank == 0) as ev:
         print(f"rank {rank}/{world}: " * (world > 1) + f"backend {ev.backend}, "
@@ -224,23 +216,19 @@ def main(argv=None):
             verdicts, summary, samples = model_mode(cfg, tasks, ev, rank, world)
         else:
             # with --tasks left at its default, solutions carrying ref_code bring their own tasks
-            pairs, unmatched = kernels.match(all_tasks if cfg["tasks"] != "builtin" or not any(
-                s.ref_code for s in solutions) else [], solutions)
-            if unmatched:
-                print(f"{len(unmatched)} solution(s) match no task, skipped (e.g. {unmatched[0].name})")
-            keep = {t.name for t in kernels.select([t for t, _ in pairs], cfg["only"])} if pairs else set()
-            pairs = [(t, s) for t, s in pairs if t.name in keep]
-            other = [(t, s) for t, s in pairs if kernels.solution_backend(s.code) not in (None, ev.backend)]
-            if other:
-                print(f"{len(other)} solution(s) written for another backend than {ev.backend}, skipped")
-                pairs = [p for p in pairs if p not in other]
-            if not pairs:
-                sys.exit("evaluate.py: nothing to evaluate")
-            verdicts = sharded(ev.evaluate, pairs, rank, world)
+            own = cfg["tasks"] == "builtin" and any(s.ref_code for s in solutions)
+            p = taskset.pair_up([] if own else all_tasks, solutions, cfg["only"], ev.backend)
+            if p.unmatched:
+                print(f"{len(p.unmatched)} solution(s) match no task, skipped (e.g. {p.unmatched[0].name})")
+            if p.other_backend:
+                print(f"{len(p.other_backend)} solution(s) written for another backend than {ev.backend}, skipped")
+            if not p.pairs:
+                raise ValueError("nothing to evaluate")
+            verdicts = sharded(ev.evaluate, p.pairs, rank, world)
             if rank == 0:
                 print()
                 summary = report(verdicts)
-    crl.dist_teardown(world)
+    common.dist_teardown(world)
     if rank != 0:  # rank 0 reports and writes
         return verdicts, None
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -253,10 +241,9 @@ def main(argv=None):
     return verdicts, summary
 
 
+def main(argv=None):
+    return config.cli(run, argv, "evaluate.py", __doc__, config.EVALUATE, resumable=False)
+
+
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        sys.exit("\nevaluate.py: interrupted; workers stopped, no results written")
-    except ValueError as e:
-        sys.exit(f"evaluate.py: {e}")
+    main()

@@ -1,11 +1,11 @@
-"""The evaluator: KernelBench tasks in, trustworthy verdicts out. The only file that runs
-candidate code, always in worker processes (DESIGN.md sections 3-4).
+"""The evaluator's entry point: KernelBench tasks in, trustworthy verdicts out. Candidates
+import it for the build API; scripts import it for the Evaluator. Candidate code only ever
+runs in worker processes (harness.py), never in the process that holds an Evaluator.
 
     python evaluate.py --tasks builtin --solutions tasks/seeds/cpu      # the usual front end
-    python -c "import kernels; print(kernels.load_tasks('builtin'))"
 
-    import kernels
-    with kernels.Evaluator(kernels.config.parse([])) as ev:
+    import kernels, taskset
+    with kernels.Evaluator(config.parse([])) as ev:
         [v] = ev.evaluate([(task, code)])       # v.status, v.reason, v.speedup, v.log ...
 
 The project's own candidate format builds in seconds: CUDA (or C++) source free of torch
@@ -21,38 +21,21 @@ headers, compiled straight with nvcc (or g++) and called through ctypes:
 
 torch.utils.cpp_extension.load_inline solutions (KernelBench's format) work unchanged.
 """
-import ast
-import copy
 import ctypes
-import hashlib
-import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
-import traceback
 from dataclasses import asdict, dataclass, field
 
 import config
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-BUILTIN_TASKS = os.path.join(HERE, "tasks")
-
-
-def _sha(*parts):
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(str(p).encode())
-        h.update(b"\0")
-    return h.hexdigest()[:20]
+import taskset
 
 
 def cache_root(cfg=None):
     d = (cfg or {}).get("cache_dir") or os.environ.get("CUDAL1_CACHE") or "~/.cache/cudal1"
     return os.path.abspath(os.path.expanduser(d))
-
 
 # ----------------------------------------------------------------------------------------
 # The candidate format: load_cuda / load_cpp build torch-free source in seconds
@@ -202,7 +185,7 @@ def _compile(src, suffix, cmd_for, toolchain):
     builders never share a lock and a killed build leaves nothing that blocks the next."""
     root = os.path.join(cache_root(), "lib")
     os.makedirs(root, exist_ok=True)
-    key = _sha(src, toolchain)
+    key = taskset.sha(src, toolchain)
     final = os.path.join(root, key)
     so = os.path.join(final, "lib.so")
     if os.path.exists(so):
@@ -273,234 +256,13 @@ def load_cpp(src, flags=()):
 
 
 # ----------------------------------------------------------------------------------------
-# Tasks and solutions: loading and matching (read as text here; executed only in workers)
-
-class TaskError(ValueError):
-    """A task file that cannot be used (syntax error, no Model, no get_inputs)."""
-
-
-@dataclass
-class Task:
-    name: str                     # "softmax", or "L1_23_Softmax" for KernelBench problems
-    code: str
-    source: str                   # where it came from, for error messages
-    level: int | None = None
-    problem_id: int | None = None
-
-    @property
-    def hash(self):
-        return _sha(self.code)
-
-
-@dataclass
-class Solution:
-    code: str | None              # None: the record had no code (the CUDA-L1 release has some)
-    name: str                     # where it came from
-    task: str | None = None       # task name it belongs to, when known by name
-    level: int | None = None
-    problem_id: int | None = None
-    ref_code: str | None = None   # a reference carried by the solution (CUDA-L1 release)
-
-
-def _top_names(code):
-    """Names defined at a module's top level (classes, functions, assignments, imports)."""
-    names = set()
-    for node in ast.parse(code).body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
-
-
-def check_task_code(code, where):
-    """Raise TaskError naming `where` unless code parses and defines Model and get_inputs."""
-    try:
-        names = _top_names(code)
-    except SyntaxError as e:
-        raise TaskError(f"{where}: syntax error at line {e.lineno}: {e.msg}") from None
-    missing = [n for n in ("Model", "get_inputs") if n not in names]
-    if missing:
-        raise TaskError(f"{where}: not a KernelBench task: no {' and no '.join(missing)} defined")
-
-
-_LEVEL = re.compile(r"level[_-]?(\d+)", re.I)
-_PROBLEM = re.compile(r"problem[_-]?(\d+)", re.I)
-
-
-def _kb_ids(relpath):
-    """(level, problem_id) from KernelBench-style paths: level1/23_Softmax.py or
-    level_1_problem_23_sample_0_kernel.py; (None, None) when absent."""
-    lv, pid = _LEVEL.search(relpath), _PROBLEM.search(relpath)
-    stem = os.path.basename(relpath)
-    if pid is None:
-        pid = re.match(r"(\d+)_", stem)
-    if lv is None or pid is None:
-        return None, None
-    return int(lv.group(1)), int(pid.group(1))
-
-
-def _kb_name(level, pid, name):
-    return f"L{level}_{pid}_{name}".rstrip("_")
-
-
-def _read_jsonl(path):
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield i, json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise TaskError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-
-
-def load_tasks(spec):
-    """'builtin' | a task .py | a folder (flat, or KernelBench's levelN/ layout) | a .jsonl
-    with a `code` field (and level, problem_id, name) -> [Task], sorted."""
-    if spec in ("builtin", "", None):
-        spec = BUILTIN_TASKS
-    if not os.path.exists(spec):
-        raise TaskError(f"{spec}: no such file or folder (tasks are 'builtin', a .py, a folder or a .jsonl)")
-    tasks = []
-    if spec.endswith(".jsonl"):
-        for i, r in _read_jsonl(spec):
-            if "code" not in r:
-                raise TaskError(f"{spec}:{i}: record has no 'code' field")
-            lv, pid = r.get("level"), r.get("problem_id")
-            name = _kb_name(lv, pid, r.get("name", "")) if lv is not None else r.get("name", f"task{i}")
-            check_task_code(r["code"], f"{spec}:{i} ({name})")
-            tasks.append(Task(name, r["code"], f"{spec}:{i}", lv, pid))
-    elif os.path.isfile(spec):
-        code = open(spec).read()
-        check_task_code(code, spec)
-        lv, pid = _kb_ids(os.path.relpath(spec, os.path.dirname(os.path.dirname(spec))))
-        stem = os.path.splitext(os.path.basename(spec))[0]
-        name = _kb_name(lv, pid, stem.split("_", 1)[-1]) if lv else stem
-        tasks.append(Task(name, code, spec, lv, pid))
-    else:
-        for root, dirs, files in os.walk(spec):
-            dirs[:] = sorted(d for d in dirs if d not in ("seeds", "__pycache__") and not d.startswith("."))
-            for fn in sorted(files):
-                if fn.endswith(".py") and not fn.startswith("_"):
-                    path = os.path.join(root, fn)
-                    code = open(path).read()
-                    check_task_code(code, path)
-                    lv, pid = _kb_ids(os.path.relpath(path, spec))
-                    stem = fn[:-3]
-                    name = _kb_name(lv, pid, stem.split("_", 1)[-1]) if lv else stem
-                    tasks.append(Task(name, code, path, lv, pid))
-    if not tasks:
-        raise TaskError(f"{spec}: no tasks found")
-    names = [t.name for t in tasks]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise TaskError(f"{spec}: duplicate task names {sorted(dup)}")
-    return sorted(tasks, key=lambda t: (t.level or 0, t.problem_id or 0, t.name))
-
-
-def select(tasks, only):
-    """--only: a comma list of task names or KernelBench ids (L1_19); empty keeps all."""
-    if not only:
-        return tasks
-    keep = {s.strip() for s in only.split(",")}
-    out = [t for t in tasks if t.name in keep or (t.level is not None and f"L{t.level}_{t.problem_id}" in keep)]
-    if not out:
-        raise TaskError(f"--only {only}: no such task (tasks: {', '.join(t.name for t in tasks[:12])}...)")
-    return out
-
-
-def _no_code(v):
-    return v is None or (isinstance(v, str) and v.strip() in ("", "None", "null"))
-
-
-def load_solutions(spec):
-    """A .py defining ModelNew | a folder of them (matched to tasks by folder or file name,
-    or KernelBench ids in the path) | a .jsonl keyed by level and problem id, including the
-    CUDA-L1 release layout (level_id, task_id, ref_code, custom_code) -> [Solution]."""
-    if not os.path.exists(spec):
-        raise TaskError(f"{spec}: no such solutions file or folder")
-    sols = []
-    if spec.endswith(".jsonl") or spec.endswith(".json"):
-        for i, r in _read_jsonl(spec):
-            lv = r.get("level", r.get("level_id"))
-            pid = r.get("problem_id", r.get("task_id"))
-            code = next((r[k] for k in ("custom_code", "code", "solution") if k in r), None)
-            task = r.get("task") or r.get("name")
-            if lv is None and task is None:
-                raise TaskError(f"{spec}:{i}: record names no task (level/problem_id or task)")
-            sols.append(Solution(None if _no_code(code) else code, f"{spec}:{i}", task,
-                                 int(lv) if lv is not None else None,
-                                 int(pid) if pid is not None else None,
-                                 None if _no_code(r.get("ref_code")) else r.get("ref_code")))
-    elif os.path.isfile(spec):
-        sols.append(_solution_file(spec, os.path.dirname(spec)))
-    else:
-        for root, dirs, files in os.walk(spec):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
-            sols += [_solution_file(os.path.join(root, f), spec) for f in sorted(files)
-                     if f.endswith(".py") and not f.startswith("_")]
-    return sols
-
-
-def _solution_file(path, base):
-    rel = os.path.relpath(path, base)
-    lv, pid = _kb_ids(rel)
-    stem = os.path.splitext(os.path.basename(path))[0]
-    parent = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    return Solution(open(path).read(), path, task=None if lv else f"{parent}|{stem}",
-                    level=lv, problem_id=pid)
-
-
-def match(tasks, solutions):
-    """Pair solutions with tasks -> ([(Task, Solution)], [unmatched Solution]). A solution
-    with its own ref_code brings its own task; `tasks` then only filters (DESIGN.md 2)."""
-    by_id = {(t.level, t.problem_id): t for t in tasks if t.level is not None}
-    by_name = {t.name: t for t in tasks}
-    pairs, unmatched = [], []
-    for s in solutions:
-        t = None
-        if s.level is not None:
-            t = by_id.get((s.level, s.problem_id))
-        elif s.task is not None:
-            parent, _, stem = s.task.rpartition("|")
-            # a folder named after the task holds variants; else the file stem names it,
-            # exactly or as a prefix (softmax_fast.py), longest task name first
-            t = by_name.get(parent) or by_name.get(stem) or next(
-                (by_name[n] for n in sorted(by_name, key=len, reverse=True)
-                 if stem.startswith(n + "_")), None)
-        if s.ref_code is not None and (t is not None or not by_id):
-            name = t.name if t else _kb_name(s.level, s.problem_id, "")
-            t = Task(name, s.ref_code, s.name, s.level, s.problem_id)
-        if t is None and len(tasks) == 1 and len(solutions) == 1:
-            t = tasks[0]  # one task, one solution: they go together whatever the names
-        (pairs.append((t, s)) if t is not None else unmatched.append(s))
-    return pairs, unmatched
-
-
-def solution_backend(code):
-    """'cuda' | 'cpu' | None (pure PyTorch): what a solution's compiled code targets."""
-    if not code:
-        return None
-    if "load_cuda(" in code or "cuda_sources" in code or "__global__" in code:
-        return "cuda"
-    if "load_cpp(" in code or "cpp_sources" in code:
-        return "cpu"
-    return None
-
-
-# ----------------------------------------------------------------------------------------
 # Verdicts
-
-STATUSES = ("ok", "incorrect", "rejected", "runtime_error", "timeout", "compile_error", "task_error")
-
 
 @dataclass
 class Verdict:
     task: str
     solution: str
-    status: str                   # one of STATUSES
+    status: str                   # ok | incorrect | rejected | runtime_error | timeout | compile_error | task_error
     reason: str = ""              # short key: mismatch, side_stream, cached_output, ...
     message: str = ""             # one line for humans and models
     speedup: float = 0.0          # reference time / candidate time; 0 unless ok
@@ -548,771 +310,12 @@ class Reject(Exception):
         self.status, self.reason, self.message, self.extra = status, reason, message, extra
 
 
-def _classify(exc, where):
-    """An exception from candidate code -> Reject with a specific reason."""
-    import torch
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, BuildError):
-        return Reject("compile_error", "build_failed", "compilation failed", log=str(exc))
-    if isinstance(exc, SyntaxError):
-        return Reject("compile_error", "syntax_error", f"syntax error at line {exc.lineno}: {exc.msg}")
-    if "Error building extension" in text or isinstance(exc, subprocess.CalledProcessError):
-        return Reject("compile_error", "build_failed", "load_inline build failed", log=text)
-    if isinstance(exc, ImportError) and "undefined symbol" in text:
-        return Reject("compile_error", "link_error", text.splitlines()[0][:300])
-    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or re.search(
-            r"out of memory|can't allocate memory|CUBLAS_STATUS_ALLOC_FAILED", text):
-        return Reject("runtime_error", "oom", f"out of memory in {where}")
-    if isinstance(exc, OSError) and exc.errno == 27:  # EFBIG: the worker's log limit
-        return Reject("runtime_error", "output_flood", f"candidate wrote over 256 MB of output in {where}")
-    if isinstance(exc, SystemExit):
-        return Reject("runtime_error", "exit", f"candidate called sys.exit({exc.code}) in {where}")
-    if re.search(r"CUDA error|cudaError|illegal memory access|device-side assert", text):
-        first = next((l for l in text.splitlines() if "CUDA error" in l or "illegal" in l), text)
-        return Reject("runtime_error", "cuda_error", f"{first.strip()[:300]} (in {where})")
-    return Reject("runtime_error", "exception", f"{text.splitlines()[0][:300]} (in {where})")
-
-
-def _candidate_traceback(exc, filename):
-    """The traceback trimmed to the candidate's own frames and the error line."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
-    lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
-    return "".join(lines)
-
-
-# ----------------------------------------------------------------------------------------
-# Inside a worker process: load, check, time. Everything below runs candidate code.
-
-def _import_code(code, modname, path):
-    """Execute source as a module from a real file (tracebacks, inspect and torch.compile
-    need one) under a private name."""
-    import importlib.util
-    with open(path, "w") as f:
-        f.write(code)
-    spec = importlib.util.spec_from_file_location(modname, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _tensors(x):
-    """Flatten an output or input structure into its tensors."""
-    import torch
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for e in x for t in _tensors(e)]
-    return []
-
-
-def _double(xs):
-    """Inputs for the float64 reference: floating tensors in float64, the rest as they are."""
-    import torch
-    return [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
-
-
-def _flags():
-    """Global backend settings the candidate must not change (DESIGN.md 4)."""
-    import warnings
-    import torch
-    b = torch.backends
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return dict(
-            matmul_tf32=b.cuda.matmul.allow_tf32, cudnn_tf32=b.cudnn.allow_tf32,
-            cudnn_enabled=b.cudnn.enabled, cudnn_benchmark=b.cudnn.benchmark,
-            cudnn_deterministic=b.cudnn.deterministic,
-            fp16_reduced=b.cuda.matmul.allow_fp16_reduced_precision_reduction,
-            bf16_reduced=b.cuda.matmul.allow_bf16_reduced_precision_reduction,
-            matmul_precision=torch.get_float32_matmul_precision(),
-            deterministic=torch.are_deterministic_algorithms_enabled(),
-            default_dtype=str(torch.get_default_dtype()), threads=torch.get_num_threads(),
-            mkldnn=b.mkldnn.enabled)
-
-
-def _snapshot(objs):
-    """Identity of every callable attribute of the given objects: the harness's clocks,
-    synchronisation, comparisons, torch's namespace and the reference module."""
-    snap = {}
-    for label, obj in objs:
-        for k, v in list(vars(obj).items()):
-            if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
-                snap[(label, k)] = (obj, v)
-    return snap
-
-
-def _patched(snap):
-    return [f"{label}.{k}" for (label, k), (obj, v) in snap.items() if vars(obj).get(k) is not v]
-
-
-class _Counted:
-    """A torch extension module (load_inline, load) whose functions count their calls."""
-
-    def __init__(self, mod):
-        object.__setattr__(self, "_mod", mod)
-
-    def __getattr__(self, name):
-        v = getattr(self._mod, name)
-        if not callable(v) or isinstance(v, type):
-            return v
-
-        def counted(*args, **kwargs):
-            KERNEL_CALLS[0] += 1
-            return v(*args, **kwargs)
-        return counted
-
-
-def _count_torch_extensions():
-    """Make KernelBench-style extensions count toward kernel_calls, like load_cuda's."""
-    import types
-    import torch.utils.cpp_extension as cx
-
-    def wrap(fn):
-        def loader(*args, **kwargs):
-            m = fn(*args, **kwargs)
-            return _Counted(m) if isinstance(m, types.ModuleType) else m
-        return loader
-    cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
-
-
-class Harness:
-    """What one worker needs to judge one candidate on one task."""
-
-    def __init__(self, job):
-        import torch
-        self.job, self.cfg = job, job["cfg"]
-        self.cuda = job["backend"] == "cuda"
-        self.dev = torch.device("cuda" if self.cuda else "cpu")
-        self.workdir = job["workdir"]
-        self.flags, self.notes, self.calls = [], [], 0
-        # The clocks and barriers the harness uses, captured before any candidate runs.
-        import time
-        self.clock = time.perf_counter
-        self.sync = torch.cuda.synchronize if self.cuda else (lambda: None)
-
-    # -- task --------------------------------------------------------------------------
-    def load_task(self):
-        self.task = _import_code(self.job["task_code"], "kb_task_" + self.job["task_hash"],
-                                 os.path.join(self.workdir, "task.py"))
-        self.task_vars = {k: v for k, v in vars(self.task).items()
-                          if isinstance(v, (int, float, str, bool, tuple))}
-        self.init_args = self._init_args()
-
-    def _init_args(self):
-        import torch
-        torch.manual_seed(0)
-        f = getattr(self.task, "get_init_inputs", None)
-        return list(f()) if f else []
-
-    def inputs(self, seed):
-        """A fresh input set on the device. Generated on the device when possible (fast for
-        the gigabyte inputs of KernelBench), else on the host and moved."""
-        import torch
-        torch.manual_seed(seed)
-        try:
-            with torch.device(self.dev):
-                xs = list(self.task.get_inputs())
-        except Exception:
-            torch.manual_seed(seed)
-            xs = list(self.task.get_inputs())
-        return [x.to(self.dev) if isinstance(x, torch.Tensor) else x for x in xs]
-
-    def build(self, cls, seed):
-        """cls(*init_args) from `seed`, its parameters created on the device (initialising
-        big models on the host takes seconds); on the host if that fails."""
-        import torch
-        try:
-            torch.manual_seed(seed)
-            with torch.device(self.dev):
-                return cls(*self.init_args).to(self.dev)
-        except Exception:
-            torch.manual_seed(seed)
-            return cls(*self.init_args).to(self.dev)
-
-    def models(self, seed):
-        """Reference and candidate built from the same seed; the candidate gets the
-        reference's weights when its state_dict has the same names and shapes."""
-        ref = self.build(self.task.Model, seed)
-        try:
-            new = self.build(self.sol.ModelNew, seed)
-        except Exception as e:
-            raise _classify(e, "ModelNew.__init__") from e
-        rs, ns = ref.state_dict(), new.state_dict()
-        if rs.keys() == ns.keys() and all(rs[k].shape == ns[k].shape for k in rs):
-            new.load_state_dict(rs)
-        return ref, new
-
-    # -- the candidate -----------------------------------------------------------------
-    def load_candidate(self):
-        import threading
-        import torch
-        _count_torch_extensions()
-        self.flags0 = _flags()
-        self.threads0 = {t.ident for t in threading.enumerate()}
-        this = sys.modules[__name__]
-        self.snap = _snapshot([
-            ("torch", torch), ("torch.Tensor", torch.Tensor), ("TensorBase", torch._C.TensorBase),
-            ("F", torch.nn.functional), ("torch.cuda", torch.cuda), ("Event", torch.cuda.Event),
-            ("Stream", torch.cuda.Stream), ("nn.Module", torch.nn.Module),
-            ("time", sys.modules["time"]), ("torch.testing", torch.testing),
-            ("task", self.task), ("Model", self.task.Model), ("kernels", this)])
-        self.hooks0 = self._global_hooks()
-        path = os.path.join(self.workdir, "candidate.py")
-        try:
-            self.sol = _import_code(self.job["code"], "kb_candidate_" + self.job["source_hash"], path)
-        except BaseException as e:  # SystemExit included: candidate code may call sys.exit
-            r = _classify(e, "import")
-            r.extra.setdefault("log", _candidate_traceback(e, path))
-            raise r from e
-        if not hasattr(self.sol, "ModelNew"):
-            raise Reject("compile_error", "no_modelnew", "the solution defines no ModelNew")
-        self.integrity("import")
-        self._size_constants()
-
-    def _size_constants(self):
-        """A solution that redefines the sizes the task's input functions read (batch_size,
-        dim, ...) would fool a harness that used the solution's get_inputs; ours never does,
-        but the attempt is rejected by name."""
-        names = set()
-        for fname in ("get_inputs", "get_init_inputs"):
-            f = getattr(self.task, fname, None)
-            if f is not None:
-                names.update(f.__code__.co_names)
-        sv = vars(self.sol)
-        for k in sorted(names & self.task_vars.keys()):
-            if k in sv and isinstance(sv[k], type(self.task_vars[k])) and sv[k] != self.task_vars[k]:
-                raise Reject("rejected", "problem_size_changed",
-                             f"the solution sets {k} = {sv[k]!r}; the task has {self.task_vars[k]!r}")
-
-    @staticmethod
-    def _global_hooks():
-        from torch.nn.modules import module as m
-        return sum(len(getattr(m, n, {})) for n in (
-            "_global_forward_hooks", "_global_forward_pre_hooks", "_global_module_registration_hooks"))
-
-    def integrity(self, where):
-        """Every hack class that leaves a trace outside the output, checked after each phase."""
-        import threading
-        bad = _patched(self.snap)
-        if bad:
-            raise Reject("rejected", "harness_patched",
-                         f"candidate replaced {', '.join(sorted(bad)[:5])} (during {where})")
-        flags = _flags()
-        changed = [f"{k}: {self.flags0[k]} -> {flags[k]}" for k in flags if flags[k] != self.flags0[k]]
-        if changed:
-            raise Reject("rejected", "global_flag", f"candidate changed {'; '.join(changed)} (during {where})")
-        for k, v in self.task_vars.items():
-            if vars(self.task).get(k) != v:
-                raise Reject("rejected", "problem_size_changed",
-                             f"candidate changed the task's {k} from {v!r} (during {where})")
-        alive = [t for t in threading.enumerate() if t.ident not in self.threads0 and t.is_alive()]
-        if alive:
-            raise Reject("rejected", "thread", f"candidate left {len(alive)} thread(s) running "
-                         f"({alive[0].name}) after {where}")
-        if self._global_hooks() != self.hooks0:
-            raise Reject("rejected", "forward_hook", f"candidate registered global module hooks ({where})")
-
-    def watch_forward(self, new):
-        """Remember how `new` is called, so rebinding forward/__call__ later is caught."""
-        self.fwd0 = (type(new).forward, type(new).__call__, new.__dict__.get("forward"),
-                     new.__dict__.get("__call__"))
-        if any(m._forward_hooks or m._forward_pre_hooks for m in new.modules()):
-            raise Reject("rejected", "forward_hook", "ModelNew registers forward hooks")
-
-    def check_forward(self, new, where):
-        now = (type(new).forward, type(new).__call__, new.__dict__.get("forward"),
-               new.__dict__.get("__call__"))
-        if any(a is not b for a, b in zip(now, self.fwd0)):
-            raise Reject("rejected", "forward_rebound", f"ModelNew's forward/__call__ was rebound during {where}")
-        if any(m._forward_hooks or m._forward_pre_hooks for m in new.modules()):
-            raise Reject("rejected", "forward_hook", f"ModelNew registered forward hooks during {where}")
-
-
-# -- correctness: errors against a float64 reference ------------------------------------
-
-_CHUNK = 1 << 24  # elements per chunk: comparisons of gigabyte outputs stay small in memory
-LOWP_LIMIT = 5e-2  # errors between the tolerance and this look like lowered precision
-
-
-def _base_tol(dtype, allow_lowp):
-    import torch
-    if dtype == torch.float32 and allow_lowp:
-        return 1e-2
-    return {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2,
-            torch.bfloat16: 5e-2}.get(dtype, 1e-4)
-
-
-def rel_err(out, ref):
-    """max_i |out_i - ref_i| / (|ref_i| + mean|ref|), in float64, chunked: an allclose whose
-    atol scales with the output. inf where out has NaN/inf that ref has not."""
-    import torch
-    o, r = out.detach().reshape(-1), ref.detach().reshape(-1)
-    total, count = 0.0, 0
-    for i in range(0, r.numel(), _CHUNK):
-        rc = r[i:i + _CHUNK].double()
-        fin = torch.isfinite(rc)
-        total += rc.abs().where(fin, 0).sum().item()
-        count += int(fin.sum().item())
-    scale = max(total / count, 1e-30) if count else 1e-30
-    worst = 0.0
-    for i in range(0, r.numel(), _CHUNK):
-        oc, rc = o[i:i + _CHUNK].double(), r[i:i + _CHUNK].double()
-        fin = torch.isfinite(rc)
-        if not torch.equal(oc[~fin].nan_to_num(0.5, 1.5, -1.5), rc[~fin].nan_to_num(0.5, 1.5, -1.5)):
-            return float("inf")  # NaN/inf where the reference has a different one
-        if not torch.isfinite(oc[fin]).all():
-            return float("inf")
-        if fin.any():
-            d = ((oc - rc).abs() / (rc.abs() + scale))[fin]
-            worst = max(worst, d.max().item())
-    return worst
-
-
-def _bits(t):
-    """A tensor's raw bits as integers, so NaNs compare equal to themselves."""
-    import torch
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    if t.dtype.is_floating_point and t.element_size() in ints:
-        return t.contiguous().view(ints[t.element_size()])
-    return t
-
-
-def same_bits(a, b):
-    import torch
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
-
-
-def poison(specs, dev, copies=2):
-    """Fill the memory the candidate's outputs will likely get with all-ones bytes (a NaN
-    for floats) and free it: a kernel that leaves part of its output unwritten shows the
-    poison instead of a stale correct answer (DESIGN.md 4: reading freed memory)."""
-    import torch
-    held = [torch.full((n,), 255, dtype=torch.uint8, device=dev) for n, _ in specs for _ in range(copies)]
-    del held
-
-
-def _poisoned(t):
-    """Number of elements of a float tensor whose bytes are all ones (the poison)."""
-    if not t.dtype.is_floating_point or t.numel() == 0:
-        return 0
-    return int((_bits(t) == -1).sum().item()) if t.element_size() > 1 else 0
-
-
-def compare(out, ref32, ref64, allow_lowp, where):
-    """Judge one output against the reference in the task's dtype (ref32) and in float64
-    (ref64). Returns (err, tol); raises Reject. The tolerance is the dtype's, or 10x the
-    eager reference's own error where the task is ill-conditioned."""
-    import torch
-    if isinstance(ref32, (list, tuple)):
-        if not isinstance(out, (list, tuple)) or len(out) != len(ref32):
-            raise Reject("incorrect", "shape_mismatch", f"expected {len(ref32)} outputs ({where})")
-        res = [compare(o, a, b, allow_lowp, where) for o, a, b in zip(out, ref32, ref64)]
-        return max(r[0] for r in res), min(r[1] for r in res)
-    if not isinstance(ref32, torch.Tensor):
-        if out != ref32:
-            raise Reject("incorrect", "mismatch", f"expected {ref32!r}, got {out!r} ({where})")
-        return 0.0, 0.0
-    if not isinstance(out, torch.Tensor):
-        raise Reject("incorrect", "not_a_tensor", f"output is a {type(out).__name__}, not a tensor ({where})")
-    if type(out) is not torch.Tensor:
-        raise Reject("rejected", "tensor_subclass",
-                     f"output is a {type(out).__name__}, a torch.Tensor subclass (lazy or deferred output)")
-    if out.device != ref32.device:
-        raise Reject("incorrect", "device_mismatch", f"output on {out.device}, expected {ref32.device}")
-    if out.shape != ref32.shape:
-        raise Reject("incorrect", "shape_mismatch", f"output shape {tuple(out.shape)}, expected {tuple(ref32.shape)}")
-    if out.dtype != ref32.dtype:
-        raise Reject("incorrect", "dtype_mismatch", f"output dtype {out.dtype}, expected {ref32.dtype}")
-    if out.numel() and out.untyped_storage().data_ptr() == 0:
-        raise Reject("rejected", "no_storage", "output tensor has no storage")
-    if not ref32.dtype.is_floating_point:
-        if not torch.equal(out, ref32):
-            raise Reject("incorrect", "mismatch", f"integer output differs from the reference ({where})")
-        return 0.0, 0.0
-    n_poison = _poisoned(out) - _poisoned(ref32)
-    if n_poison > 0:
-        raise Reject("rejected", "unwritten_output",
-                     f"{n_poison} of {out.numel()} output elements were never written ({where})")
-    err = rel_err(out, ref64)
-    tol = max(_base_tol(ref32.dtype, allow_lowp), 10 * rel_err(ref32, ref64))
-    if err == float("inf"):
-        raise Reject("incorrect", "nan", f"output has NaN/inf where the reference has none ({where})", err=err, tol=tol)
-    if err > tol:
-        if ref32.dtype in (torch.float32, torch.float64) and err <= LOWP_LIMIT and not allow_lowp:
-            raise Reject("rejected", "precision", f"error {err:.2e} exceeds the {ref32.dtype} tolerance "
-                         f"{tol:.1e}: consistent with fp16/bf16/TF32 arithmetic ({where})", err=err, tol=tol)
-        raise Reject("incorrect", "mismatch", f"max relative error {err:.2e} > tolerance {tol:.1e} ({where})",
-                     err=err, tol=tol)
-    return err, tol
-
-
-def fingerprint(out):
-    """A cheap identity of an output's values, to spot results replayed from a cache."""
-    ts = _tensors(out)
-    return [(tuple(t.shape), t.double().sum().item(),
-             t.reshape(-1)[:: max(1, t.numel() // 4096)].double().cpu()) for t in ts]
-
-
-def same_fingerprint(a, b):
-    import torch
-    return len(a) == len(b) and all(x[0] == y[0] and x[1] == y[1] and torch.equal(x[2], y[2])
-                                    for x, y in zip(a, b))
-
-
-def run_checks(h):
-    """Correctness (DESIGN.md 4): several weight seeds, fresh input sets each, candidate
-    called first on every set (so no reference result sits in freed memory), with checks
-    for side streams, mutated inputs, cached results and rebinding. Returns models to time."""
-    import time
-    import torch
-    cfg, seed0 = h.cfg, h.job["seed"]
-    errs, tols, constant, kept = [], [], True, None
-    for s in range(cfg["check_seeds"]):
-        ref, new = h.models(seed0 + 1000 * s)
-        h.watch_forward(new)
-        h.integrity("ModelNew.__init__")
-        try:
-            ref64 = copy.deepcopy(ref).double()
-        except Exception:
-            ref64 = None
-        prints = []  # (candidate, reference) fingerprints of this seed's calls
-        xs = None
-        for k in range(cfg["check_inputs"] + 1):
-            refill = 0 < k == cfg["check_inputs"]  # last round: same tensors, new values
-            fresh = h.inputs(seed0 + 1000 * s + k + 1)
-            if refill:  # caches keyed by address, id or shape hit here and replay old results
-                for x, f in zip(xs, fresh):
-                    if isinstance(x, torch.Tensor):
-                        x.copy_(f)
-                fresh = None
-            else:
-                xs = fresh
-            clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
-            poison(h.out_specs, h.dev)
-            where = f"seed {s}, input set {k}"
-            before = KERNEL_CALLS[0]
-            try:
-                out = new(*xs)
-                snap = [t.clone() for t in _tensors(out)]  # what the caller's stream sees now
-                h.sync()
-                if not h.cuda:
-                    time.sleep(0.005)
-            except Exception as e:
-                raise _classify(e, "ModelNew.forward") from e
-            h.calls += KERNEL_CALLS[0] - before
-            if any(not same_bits(a, b) for a, b in zip(snap, _tensors(out))):
-                raise Reject("rejected", "side_stream" if h.cuda else "background_work",
-                             "output changed after forward returned: work left running on an "
-                             + ("unjoined stream" if h.cuda else "other thread") + f" ({where})")
-            for i, (x, c) in enumerate(zip(xs, clones)):
-                if isinstance(x, torch.Tensor) and not same_bits(x, c):
-                    raise Reject("rejected", "input_mutated", f"input {i} was modified in place ({where})")
-            h.check_forward(new, "forward")
-            h.integrity("forward")
-            r32 = ref(*clones)
-            r64 = r32
-            if ref64 is not None:
-                try:
-                    r64 = ref64(*_double(clones))
-                except Exception:  # ops without float64 support: compare in the task's dtype
-                    ref64, r64 = None, r32
-                    if h.cuda:
-                        torch.cuda.empty_cache()
-            fp, rp = fingerprint(out), fingerprint(r32)
-            for pf, pr in prints:
-                if same_fingerprint(fp, pf) and not same_fingerprint(rp, pr):
-                    raise Reject("rejected", "cached_output", "output repeats an earlier call's result for "
-                                 f"different inputs: results cached across calls ({where})")
-            err, tol = compare(out, r32, r64, cfg["allow_lowp"], where)
-            errs.append(err)
-            tols.append(tol)
-            constant &= all(same_fingerprint(rp, pr) for _, pr in prints)
-            prints.append((fp, rp))
-            del out, r32, r64, snap
-        if kept is None:
-            kept = (ref, new)
-        del ref64
-    h.max_err, h.tol = max(errs), min(tols)
-    if constant:  # the output never changed with the input (DESIGN.md 4: the 120x zero task)
-        h.flags.append("input_independent")
-    return kept
-
-
-# -- timing -------------------------------------------------------------------------------
-
-def _median(xs):
+def median(xs):
+    """The median of a non-empty list (the mean of the middle two for an even count):
+    timing rounds, and the median speedups the stages and reports print."""
     xs = sorted(xs)
     n = len(xs)
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-
-
-def _spread(xs):
-    return (max(xs) - min(xs)) / _median(xs) if xs and _median(xs) > 0 else 0.0
-
-
-def run_timing(h, ref, new):
-    """Reference and candidate timed under the same conditions (DESIGN.md 4): warm-up, a
-    cache flush before every call, a device-wide synchronize before the end mark, a pool of
-    fresh input sets, the two interleaved in random order, median of runs per round, more
-    rounds while rounds disagree, and a longer re-measure for implausible speedups."""
-    import random
-    import torch
-    cfg, seed = h.cfg, h.job["seed"]
-    ref_fn = torch.compile(ref) if cfg["baseline"] == "compile" else ref
-    x0 = h.inputs(seed + 7)
-    set_bytes = max(1, sum(x.numel() * x.element_size() for x in _tensors(x0)))
-    budget = min(4e9, 0.25 * torch.cuda.mem_get_info()[0]) if h.cuda else 5e8
-    pool = [x0] + [h.inputs(seed + 8 + i) for i in range(int(min(7, budget // set_bytes)))]
-    if h.cuda:
-        flush = torch.empty(2 * torch.cuda.get_device_properties(h.dev).L2_cache_size,
-                            dtype=torch.uint8, device=h.dev)
-        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    else:
-        flush = torch.empty(32 << 20, dtype=torch.uint8)
-    step = [0]
-
-    def timed(fn):
-        xs = pool[step[0] % len(pool)]
-        step[0] += 1
-        flush.zero_()
-        h.sync()
-        if h.cuda:
-            ev0.record()
-            fn(*xs)
-            h.sync()  # all streams of the device, not just the current one
-            ev1.record()
-            ev1.synchronize()
-            return ev0.elapsed_time(ev1)
-        t0 = h.clock()
-        fn(*xs)
-        return (h.clock() - t0) * 1e3
-
-    try:
-        for _ in range(2):
-            timed(ref_fn), timed(new)
-        est = [_median([timed(fn) for _ in range(3)]) for fn in (ref_fn, new)]
-    except Exception as e:
-        raise _classify(e, "timing") from e
-    rng = random.Random(seed)
-
-    def measure(runs, rounds):
-        rr, rn = [], []
-        t0 = h.clock()
-        # extra rounds while rounds disagree, up to max_rounds and 4x the planned time
-        while len(rr) < rounds or (len(rr) < cfg["max_rounds"] and max(_spread(rr), _spread(rn)) > cfg["spread_limit"]
-                                   and h.clock() - t0 < 4 * rounds * max(cfg["round_seconds"], runs * sum(est) / 1e3)):
-            tr, tn = [], []
-            for _ in range(runs):
-                pair = [(ref_fn, tr), (new, tn)]
-                rng.shuffle(pair)
-                for fn, acc in pair:
-                    acc.append(timed(fn))
-            rr.append(_median(tr))
-            rn.append(_median(tn))
-        return rr, rn
-
-    runs = int(min(cfg["max_runs"], max(cfg["min_runs"], cfg["round_seconds"] * 1e3 / max(1e-3, sum(est)))))
-    # Slow programs (min_runs calls overrun a round twice over) get at most 3 rounds: their
-    # speedups are far from 1 and their time is better spent on the next candidate.
-    rounds = cfg["timing_rounds"] if runs * sum(est) <= 2e3 * cfg["round_seconds"] else min(3, cfg["timing_rounds"])
-    try:
-        rr, rn = measure(runs, rounds)
-        speedup = _median(rr) / _median(rn)
-        if speedup > cfg["suspicious_speedup"]:  # implausible: measure again, twice as long
-            rr, rn = measure(2 * runs, rounds)
-            h.notes.append(f"speedup {speedup:.1f}x re-measured")
-    except Exception as e:
-        raise _classify(e, "timing") from e
-    h.check_forward(new, "timing")
-    h.integrity("timing")
-    ratios = [a / b for a, b in zip(rr, rn)]
-    return _median(rr), _median(rn), _spread(ratios)
-
-
-def run_job(job):
-    """In a worker: judge one candidate on one task -> dict of Verdict fields."""
-    import torch
-    h = Harness(job)
-    cfg, t0 = h.cfg, h.clock()
-    res = {}
-    _harness_settings(cfg)
-    with torch.no_grad():
-        try:
-            h.load_task()
-            ref = h.build(h.task.Model, job["seed"])
-            xs = h.inputs(job["seed"])
-            out = ref(*xs)  # warms the reference's libraries up, too
-            if cfg["baseline"] == "compile":
-                torch.compile(ref)(*xs)  # dynamo wraps torch functions on first use: do it before the snapshot
-            h.out_specs = [(t.numel() * t.element_size(), t.dtype) for t in _tensors(out)]
-            h.sync()
-            del ref, out, xs
-        except Exception as e:
-            return dict(status="task_error", reason="reference_failed",
-                        message=f"the reference failed: {type(e).__name__}: {str(e)[:300]}",
-                        log=trim_log(traceback.format_exc()))
-        try:
-            h.load_candidate()
-            t1 = h.clock()
-            ref, new = run_checks(h)
-            if cfg["require_kernel"] and h.calls == 0:
-                raise Reject("rejected", "no_kernel", "forward never called a compiled kernel")
-            t2 = h.clock()
-            if cfg["time_candidates"]:
-                ref_ms, new_ms, spread = run_timing(h, ref, new)
-                run_checks_post(h, ref, new)
-                res = dict(status="ok", speedup=ref_ms / new_ms, ref_ms=ref_ms, new_ms=new_ms, spread=spread,
-                           message="; ".join(h.notes))
-            else:  # Stages 1-2 filter on correctness alone (DESIGN.md 2)
-                res = dict(status="ok", message="correct (not timed)")
-            res["seconds"] = dict(load=t1 - t0, check=t2 - t1, time=h.clock() - t2)
-        except Reject as r:
-            res = dict(status=r.status, reason=r.reason, message=r.message, log=trim_log(r.extra.get("log", "")))
-            if "err" in r.extra:
-                res.update(max_err=r.extra["err"], tol=r.extra["tol"])
-        except BaseException as e:  # SystemExit, KeyboardInterrupt raised by candidate code
-            r = _classify(e, "evaluation")
-            res = dict(status=r.status, reason=r.reason, message=r.message,
-                       log=trim_log(_candidate_traceback(e, os.path.join(h.workdir, "candidate.py"))))
-    res.setdefault("max_err", getattr(h, "max_err", None))
-    res.setdefault("tol", getattr(h, "tol", None))
-    res.update(flags=h.flags, kernel_calls=h.calls)
-    return res
-
-
-def run_checks_post(h, ref, new):
-    """One more fresh input set after timing: a candidate that turns wrong once it has been
-    checked (counting calls, say) is caught here."""
-    xs = h.inputs(h.job["seed"] + 999)
-    poison(h.out_specs, h.dev)
-    try:
-        out = new(*xs)
-        h.sync()
-    except Exception as e:
-        raise _classify(e, "ModelNew.forward after timing") from e
-    r32 = ref(*xs)
-    try:
-        r64 = copy.deepcopy(ref).double()(*_double(xs))
-    except Exception:
-        r64 = r32
-    compare(out, r32, r64, h.cfg["allow_lowp"], "check after timing")
-
-
-def _harness_settings(cfg):
-    """Fixed settings for reference and candidate alike: no TF32 unless lowered precision
-    is allowed, so an fp32 task is timed and checked as fp32."""
-    import warnings
-    import torch
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.backends.cuda.matmul.allow_tf32 = cfg["allow_lowp"]
-        torch.backends.cudnn.allow_tf32 = cfg["allow_lowp"]
-
-
-def reference_job(job):
-    """In a worker: load a task and run its reference once (for checking task sets)."""
-    import torch
-    h = Harness(job)
-    _harness_settings(h.cfg)
-    with torch.no_grad():
-        try:
-            h.load_task()
-            ref = h.build(h.task.Model, job["seed"])
-            xs = h.inputs(job["seed"])
-            h.sync()
-            t0 = h.clock()
-            out = ref(*xs)
-            h.sync()
-            ms = (h.clock() - t0) * 1e3
-        except Exception as e:
-            r = _classify(e, "the reference")
-            return dict(status="task_error", reason=r.reason, message=r.message,
-                        log=trim_log(traceback.format_exc()))
-    shapes = [tuple(t.shape) for t in _tensors(out)]
-    return dict(status="ok", ref_ms=ms, message=f"output {shapes}")
-
-
-def compile_job(job):
-    """In a worker without a GPU: import the candidate so that its builds (load_cuda,
-    load_cpp, load_inline at module level) land in the cache. Only build failures are
-    reported; anything else is left for the run phase to judge with a GPU."""
-    path = os.path.join(job["workdir"], "candidate.py")
-    try:
-        ast.parse(job["code"])
-        _import_code(job["code"], "kb_candidate_" + job["source_hash"], path)
-    except BaseException as e:
-        r = _classify(e, "import")
-        if r.status == "compile_error":
-            return dict(status=r.status, reason=r.reason, message=r.message,
-                        log=trim_log(r.extra.get("log") or _candidate_traceback(e, path)))
-    return dict(status="built")
-
-
-def _standby_main(conn, env, cores):
-    """A CUDA run worker started ahead of its job: context up, then wait for the job."""
-    os.setsid()
-    os.environ.update(env)
-    if cores:
-        os.sched_setaffinity(0, cores)
-    import torch
-    try:
-        torch.empty(1, device="cuda")
-    except Exception:
-        pass  # the job will meet the same error and report it
-    try:
-        msg = conn.recv()
-    except EOFError:  # the evaluator went away
-        os._exit(0)
-    if msg is None:
-        os._exit(0)
-    _child_main(msg[0], conn, msg[1])
-
-
-def _child_main(kind, conn, job):
-    """Entry of every worker process: a session of its own (so a kill takes its compilers
-    too), output to a log file, then one job, its result sent back, and a hard exit."""
-    import resource
-    if os.getsid(0) != os.getpid():
-        os.setsid()
-    os.environ.update(job["env"])
-    fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
-    if job.get("cores"):
-        os.sched_setaffinity(0, job["cores"])
-    if not (kind != "compile" and job["backend"] == "cuda"):  # CUDA maps huge address ranges
-        # a candidate asking for terabytes gets an error, not the machine's OOM killer
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        resource.setrlimit(resource.RLIMIT_AS, (ram, ram))
-    try:
-        if job["backend"] == "cpu" and kind == "run":
-            _cpu_worker_setup(job)
-        res = {"compile": compile_job, "run": run_job, "reference": reference_job}[kind](job)
-    except BaseException as e:
-        res = dict(status="runtime_error", reason="harness", message=f"{type(e).__name__}: {e}"[:300],
-                   log=trim_log(traceback.format_exc()))
-    try:
-        conn.send(res)
-        conn.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(0)  # skip atexit handlers and finalizers the candidate may have left
-
-
-def _cpu_worker_setup(job):
-    """CPU timing worker: all its cores for torch, and freed heap blocks kept in the heap
-    (not returned to the OS) so the output poison survives for the allocator to hand out."""
-    import torch
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 << 20)   # M_MMAP_THRESHOLD: the largest value glibc accepts
-        libc.mallopt(-1, 1 << 30)    # M_TRIM_THRESHOLD
-    except OSError:
-        pass
 
 
 # ----------------------------------------------------------------------------------------
@@ -1393,7 +396,11 @@ class Evaluator:
         os.makedirs(self.cache, exist_ok=True)
         self.tmp = tempfile.mkdtemp(prefix="kernels-")
         self.ctx = mp.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["torch", __name__])
+        # Workers run harness.py (which imports this module for the build API candidates
+        # call); imported here, not at the top, so that importing kernels stays cheap.
+        import harness
+        self.harness = harness
+        self.ctx.set_forkserver_preload(["torch", "harness"])
         self.env = {"KERNELS_BACKEND": self.backend, "CUDAL1_CACHE": self.cache, "MAX_JOBS": "2",
                     "KERNELS_COMPILE_TIMEOUT": str(self.cfg["compile_timeout"])}
         cores = sorted(os.sched_getaffinity(0))
@@ -1453,9 +460,9 @@ class Evaluator:
         self.close()
 
     # -- jobs ----------------------------------------------------------------------------
-    def _job(self, task, code, kind):
+    def _job(self, task, code):
         self._jobs += 1
-        src_hash = _sha(code or "")
+        src_hash = taskset.sha(code or "")
         workdir = os.path.join(self.tmp, f"{self._jobs}")
         os.makedirs(workdir, exist_ok=True)
         env = dict(self.env, TORCH_EXTENSIONS_DIR=os.path.join(self.cache, "ext", src_hash))
@@ -1484,7 +491,7 @@ class Evaluator:
             self._standby[slot] = self._spawn_standby(slot)
             return _Running(kind, item, proc, conn, _now() + timeout, slot, job["log"])
         parent, child = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=_child_main, args=(kind, child, job), daemon=True)
+        proc = self.ctx.Process(target=self.harness.child_main, args=(kind, child, job), daemon=True)
         proc.start()
         child.close()
         return _Running(kind, item, proc, parent, _now() + timeout, slot, job["log"])
@@ -1492,7 +499,7 @@ class Evaluator:
     def _spawn_standby(self, slot):
         env = dict(self.env, CUDA_VISIBLE_DEVICES=physical_gpu(self.gpus[slot]))
         parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(target=_standby_main, args=(child, env, self.run_cores[slot]), daemon=True)
+        proc = self.ctx.Process(target=self.harness.standby_main, args=(child, env, self.run_cores[slot]), daemon=True)
         proc.start()
         child.close()
         return proc, parent
@@ -1551,7 +558,7 @@ class Evaluator:
         if code is None:
             return dict(status="compile_error", reason="no_code", message="the solution has no code")
         try:
-            names = _top_names(code)
+            names = taskset.top_names(code)
         except SyntaxError as e:
             return dict(status="compile_error", reason="syntax_error",
                         message=f"syntax error at line {e.lineno}: {e.msg}")
@@ -1564,16 +571,16 @@ class Evaluator:
         (and remembered for this Evaluator's lifetime)."""
         items, verdicts = {}, [None] * len(pairs)
         for i, (task, sol) in enumerate(pairs):
-            code = sol.code if isinstance(sol, Solution) else sol
-            name = sol.name if isinstance(sol, Solution) else f"{task.name}#{_sha(code or '')[:8]}"
-            key = (task.hash, _sha(code or ""))
+            code = sol.code if isinstance(sol, taskset.Solution) else sol
+            name = sol.name if isinstance(sol, taskset.Solution) else f"{task.name}#{taskset.sha(code or '')[:8]}"
+            key = (task.hash, taskset.sha(code or ""))
             if key in self.memo:
                 verdicts[i] = Verdict(**{**self.memo[key], "task": task.name, "solution": name})
                 continue
             if key not in items:
                 pre = self._precheck(task, code)
                 items[key] = dict(task=task, code=code, name=name, idx=[], res=pre,
-                                  job=None if pre else self._job(task, code, "run"))
+                                  job=None if pre else self._job(task, code))
             items[key]["idx"].append(i)
         todo = [it for it in items.values() if it["res"] is None]
         self._schedule(todo, ["compile", "run"], progress, desc)
@@ -1582,13 +589,13 @@ class Evaluator:
             fields.update(source_hash=key[1], seed=it["job"]["seed"] if it["job"] else 0)
             self.memo[key] = fields
             for i in it["idx"]:
-                name = pairs[i][1].name if isinstance(pairs[i][1], Solution) else it["name"]
+                name = pairs[i][1].name if isinstance(pairs[i][1], taskset.Solution) else it["name"]
                 verdicts[i] = Verdict(**{**fields, "task": pairs[i][0].name, "solution": name})
         return verdicts
 
     def run_references(self, tasks, progress=None):
         """Load every task and run its reference once -> [Verdict] (status ok or task_error)."""
-        items = [dict(task=t, code="", name="reference", idx=[i], res=None, job=self._job(t, "", "reference"))
+        items = [dict(task=t, code="", name="reference", idx=[i], res=None, job=self._job(t, ""))
                  for i, t in enumerate(tasks)]
         self._schedule(items, ["reference"], progress, "references")
         return [Verdict(task=it["task"].name, solution="reference",
@@ -1658,8 +665,3 @@ class Evaluator:
             if bar:
                 bar.close()
 
-
-def evaluate(tasks_and_codes, cfg=None, **overrides):
-    """One-shot convenience: an Evaluator for one batch."""
-    with Evaluator(cfg, **overrides) as ev:
-        return ev.evaluate(tasks_and_codes)

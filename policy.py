@@ -4,7 +4,7 @@ log-probs, checkpoints. Runs no candidate code.
     import policy
     model, tok = policy.load(cfg)                 # cfg["model"]: "" = the tiny built-in model
     model, tok = policy.load(cfg, "out/small/sft", train=True)
-    outs = policy.generate(model, tok, [messages, ...], cfg, n=4)   # [[dict(text, ids, finished)]]
+    outs = policy.generate(model, tok, [messages, ...], cfg, n=4)   # [[Sample(text, ids, ...)]]
     b = policy.pack(tok, prompt_ids, completion_ids)                 # padded batch + completion mask
     logp = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"])   # (B, T-1)
 
@@ -16,13 +16,14 @@ save_pretrained so AutoModelForCausalLM / AutoTokenizer load it like any other m
 import glob
 import os
 import random
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-import kernels
 import prompts
+import taskset
 
 SPECIAL = dict(start="<|im_start|>", end="<|im_end|>", pad="<|pad|>")
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -35,12 +36,12 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
 def tiny_corpus():
     """The project's own text: tasks, seed solutions (as responses), rendered prompts."""
     texts = []
-    for path in sorted(glob.glob(os.path.join(kernels.BUILTIN_TASKS, "*.py"))):
+    for path in sorted(glob.glob(os.path.join(taskset.BUILTIN_TASKS, "*.py"))):
         code = open(path).read()
         texts.append(code)
         for backend in prompts.FORMAT:
             texts += [m["content"] for m in prompts.task_prompt(code, backend)]
-    for path in sorted(glob.glob(os.path.join(kernels.BUILTIN_TASKS, "seeds", "*", "*", "*.py"))):
+    for path in sorted(glob.glob(os.path.join(taskset.BUILTIN_TASKS, "seeds", "*", "*", "*.py"))):
         texts.append(prompts.completion(open(path).read()))
     return texts
 
@@ -146,12 +147,20 @@ def eos_ids(model, tok):
 # ----------------------------------------------------------------------------------------
 # Sampling
 
+@dataclass
+class Sample:
+    """One sampled reply."""
+    text: str          # decoded, without the EOS token
+    ids: list          # the sampled token ids, EOS included when the reply finished: the
+                       # exact tokens whose log-probs RL later scores
+    prompt_ids: list   # the prompt's tokens, as the model saw them
+    finished: bool     # False: cut at max_new_tokens (or the prompt left no room)
+
+
 @torch.no_grad()
 def generate(model, tok, messages, cfg, n=1, progress=None, desc="sampling"):
-    """Sample n completions per prompt -> per prompt a list of dict(text, ids, prompt_ids,
-    finished). ids are the sampled token ids, EOS included when the reply finished: the
-    exact tokens whose log-probs RL later scores. Prompts longer than max_len get an empty,
-    unfinished reply rather than stopping the run."""
+    """Sample n completions per prompt -> per prompt a list of n Samples. Prompts longer
+    than max_len get an empty, unfinished reply rather than stopping the run."""
     from transformers import GenerationConfig
     dev = next(model.parameters()).device
     jobs = [(i, prompt_ids(tok, m)) for i, m in enumerate(messages) for _ in range(n)]
@@ -170,7 +179,7 @@ def generate(model, tok, messages, cfg, n=1, progress=None, desc="sampling"):
         room = cfg["max_len"] - max(len(p) for _, p in chunk)
         if room <= 0:
             for i, p in chunk:
-                outs[i].append(dict(text="", ids=[], prompt_ids=p, finished=False))
+                outs[i].append(Sample("", [], p, False))
             continue
         width = max(len(p) for _, p in chunk)
         ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
@@ -189,7 +198,7 @@ def generate(model, tok, messages, cfg, n=1, progress=None, desc="sampling"):
             cut = next((k for k, t in enumerate(new) if t in stop), None)
             new = new[:cut + 1] if cut is not None else new
             text = tok.decode(new[:-1] if cut is not None else new, skip_special_tokens=False)
-            outs[i].append(dict(text=text, ids=new, prompt_ids=p, finished=cut is not None))
+            outs[i].append(Sample(text, new, p, cut is not None))
         if bar:
             bar.update(len(chunk))
     if bar:

@@ -72,6 +72,11 @@ class Parsed:
     design: str = ""
     error: str = ""        # "reason: message" when code is None
 
+    @property
+    def reason(self):
+        """The short key of error (empty, no_code, no_modelnew), as verdicts carry it."""
+        return self.error.split(":")[0]
+
 
 _HEAD = re.compile(r"^[ \t]*(?:#{1,6}[ \t]*|\*\*)?[ \t]*(performance analysis|algorithm design|code)\b[^\n]*$",
                    re.I | re.M)

@@ -1,4 +1,5 @@
-"""Stage 2: self-supervised rounds for executability and correctness (DESIGN.md section 2).
+"""Stage 2: self-supervised rounds for executability and correctness (paper section 3.2;
+README "How it works").
 
     python selftrain.py --config small                       # from out/small/sft
     python selftrain.py --config small --init_from out/small/sft --st_rounds 5
@@ -12,15 +13,16 @@ out/<config>/selftrain/: the checkpoint after each round, successes.jsonl (every
 for Stage 3's database), candidates.jsonl, log.jsonl, samples/round_<r>.jsonl.
 Killed? Run the same command again: it resumes at the round in flight.
 """
-import json
 import os
 import time
 
+import common
 import config
 import kernels
 import policy
 import prompts
 import sft
+import taskset
 
 
 def sample_round(cfg, model, tok, tasks, ev, rnd, out):
@@ -30,20 +32,19 @@ def sample_round(cfg, model, tok, tasks, ev, rnd, out):
     outs = policy.generate(model, tok, msgs, cfg, n=cfg["st_samples"], desc=f"round {rnd} sampling")
     flat = [(t, s) for t, group in zip(tasks, outs) for s in group]
     t1 = time.time()
-    judged = sft.judge(ev, [(t, s["text"]) for t, s in flat], f"round {rnd} judging")
+    judged = common.judge_responses(ev, [(t, s.text) for t, s in flat], f"round {rnd} judging")
     succ, seen, rows = [], set(), []
     for (task, s), (p, v) in zip(flat, judged):
         rows.append(dict(stage="selftrain", round=rnd, task=task.name, status=v.status, reason=v.reason,
-                         source_hash=v.source_hash, message=v.message, finished=s["finished"], text=s["text"]))
+                         source_hash=v.source_hash, message=v.message, finished=s.finished, text=s.text))
         if v.ok and (task.name, v.source_hash) not in seen:
             seen.add((task.name, v.source_hash))
             succ.append(dict(task=task.name, task_code=task.code, source_hash=v.source_hash, round=rnd,
-                             prompt=msgs[tasks.index(task)], prompt_ids=s["prompt_ids"], completion_ids=s["ids"],
-                             completion=s["text"], code=p.code))
+                             prompt=msgs[tasks.index(task)], prompt_ids=s.prompt_ids, completion_ids=s.ids,
+                             completion=s.text, code=p.code))
     os.makedirs(os.path.join(out, "samples"), exist_ok=True)
-    sft.write_jsonl(os.path.join(out, "samples", f"round_{rnd}.jsonl"), rows)
-    with open(os.path.join(out, "candidates.jsonl"), "a") as f:
-        f.writelines(json.dumps({k: v for k, v in r.items() if k != "text"}) + "\n" for r in rows)
+    common.write_jsonl(os.path.join(out, "samples", f"round_{rnd}.jsonl"), rows)
+    common.append_jsonl(os.path.join(out, "candidates.jsonl"), [{k: v for k, v in r.items() if k != "text"} for r in rows])
     rate = sum(v.ok for _, v in judged) / max(1, len(judged))
     print(f"selftrain round {rnd}: {sum(v.ok for _, v in judged)}/{len(judged)} correct ({100 * rate:.0f}%), "
           f"{len(succ)} distinct | sampling {t1 - t0:.0f} s, judging {time.time() - t1:.0f} s")
@@ -52,13 +53,12 @@ def sample_round(cfg, model, tok, tasks, ev, rnd, out):
 
 def run(cfg):
     """Stage 2 end to end -> the checkpoint folder. Reuses a finished stage."""
-    out = os.path.join(cfg["out"], cfg["config"], "selftrain")
+    out = common.stage_dir(cfg, "selftrain")
     if policy.is_done(out):
         print(f"selftrain: {out} is finished (delete it to run again)")
         return out
-    start_from = cfg["init_from"] or os.path.join(cfg["out"], cfg["config"], "sft")
-    os.makedirs(out, exist_ok=True)
-    config.save(cfg, os.path.join(out, "run_config.json"))
+    start_from = cfg["init_from"] or common.stage_dir(cfg, "sft")
+    common.start_stage(out, cfg)
     if policy.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
         print(f"selftrain: resuming after round {state['extra']['round']}")
@@ -69,15 +69,14 @@ def run(cfg):
         raise FileNotFoundError(f"{start_from}: no Stage 1 checkpoint to start from (run sft.py first, "
                                 f"or give --init_from)")
     extra = state["extra"]
-    tasks = kernels.select(kernels.load_tasks(cfg["tasks"]), cfg["only"])
+    tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
     t0 = time.time()
     with kernels.Evaluator(cfg, time_candidates=False) as ev:
         while extra["round"] < cfg["st_rounds"]:
             rnd = extra["round"] + 1
             succ, rate = sample_round(cfg, model, tok, tasks, ev, rnd, out)
-            with open(os.path.join(out, "successes.jsonl"), "a") as f:
-                f.writelines(json.dumps({k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")})
-                             + "\n" for s in succ)
+            common.append_jsonl(os.path.join(out, "successes.jsonl"),
+                                [{k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")} for s in succ])
             rates = extra["rates"] + [rate]
             if len(rates) > 1 and rate <= rates[-2]:  # the success rate stopped rising: stop here
                 print(f"selftrain: success rate {100 * rate:.0f}% did not rise over {100 * rates[-2]:.0f}%; stopping")
@@ -98,7 +97,7 @@ def run(cfg):
 
 
 def main(argv=None):
-    return config.cli(run, argv, "selftrain.py")
+    return config.cli(run, argv, "selftrain.py", __doc__, config.STAGE2)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Stage 1: supervised fine-tuning on filtered teacher samples (DESIGN.md section 2).
+"""Stage 1: supervised fine-tuning on filtered teacher samples (paper section 3.1; README
+"How it works").
 
     python sft.py --config small                                  # offline: seeds teach the tiny model
     python sft.py --config small --teachers builtin,file:cuda_l1.jsonl
@@ -21,10 +22,12 @@ import re
 import sys
 import time
 
+import common
 import config
 import kernels
 import policy
 import prompts
+import taskset
 
 # ----------------------------------------------------------------------------------------
 # Teachers: each yields (task, response text) pairs
@@ -34,7 +37,7 @@ def mutate(code, rng):
     """A variant of a seed solution, as a human tuner would try one: another block size,
     an unroll pragma, another OpenMP schedule, a dropped pragma, or a loop bound off by one.
     Some variants are slower and some wrong, which is the point: the filter has to earn its
-    keep, and Stage 3 has speeds to choose between (issue 3)."""
+    keep, and Stage 3 has speeds to choose between."""
     ops = []
     sizes = ["64", "128", "256", "512", "1024"]
     launch = list(re.finditer(r"(<<<[^,>]+,\s*)(64|128|256|512|1024)\b", code))
@@ -58,7 +61,7 @@ def builtin_teacher(tasks, cfg, backend):
     `mutate` is on, mutations of them, in random order, `attempts` tries per task."""
     rng = random.Random(cfg["seed"])
     for task in tasks:
-        folder = os.path.join(kernels.BUILTIN_TASKS, "seeds", backend, task.name)
+        folder = os.path.join(taskset.BUILTIN_TASKS, "seeds", backend, task.name)
         seeds = [open(os.path.join(folder, f)).read() for f in sorted(os.listdir(folder))
                  if f.endswith(".py")] if os.path.isdir(folder) else []
         pool = list(seeds)
@@ -75,9 +78,9 @@ def builtin_teacher(tasks, cfg, backend):
 
 def file_teacher(path, tasks, cfg, backend):
     """Pre-generated candidates: a solutions JSONL (the CUDA-L1 release layout works) or a
-    folder of solution files, matched to tasks by kernels.match. Records that carry their
+    folder of solution files, matched to tasks by taskset.match. Records that carry their
     own ref_code bring their own task, so the prompt shows that reference."""
-    pairs, unmatched = kernels.match(tasks, kernels.load_solutions(path))
+    pairs, unmatched = taskset.match(tasks, taskset.load_solutions(path))
     if unmatched:
         print(f"file teacher {path}: {len(unmatched)} candidates match no task; skipped")
     counts = {}
@@ -95,7 +98,7 @@ def hf_teacher(path, tasks, cfg, backend):
     del model
     for task, samples in zip(tasks, outs):
         for s in samples:
-            yield task, s["text"]
+            yield task, s.text
 
 
 def openai_teacher(base_url, tasks, cfg, backend):
@@ -143,20 +146,6 @@ def teacher_stream(spec, tasks, cfg, backend):
 # ----------------------------------------------------------------------------------------
 # The dataset: teacher samples filtered by the evaluator
 
-def judge(ev, tasks_and_texts, desc):
-    """(task, response text) pairs -> (Parsed, Verdict) per pair; unusable responses get a
-    compile_error verdict without reaching a worker."""
-    parsed = [prompts.parse_response(text) for _, text in tasks_and_texts]
-    todo = [(t, p.code) for (t, _), p in zip(tasks_and_texts, parsed) if p.code is not None]
-    verdicts = iter(ev.evaluate(todo, desc=desc) if todo else [])
-    out = []
-    for (task, _), p in zip(tasks_and_texts, parsed):
-        v = next(verdicts) if p.code is not None else kernels.Verdict(
-            task.name, "response", "compile_error", p.error.split(":")[0], p.error)
-        out.append((p, v))
-    return out
-
-
 def build_dataset(cfg, tasks, ev, out):
     """Ask every teacher, judge every candidate, keep at most `keep` distinct successes per
     task per teacher. Every judged candidate goes to candidates.jsonl."""
@@ -165,7 +154,7 @@ def build_dataset(cfg, tasks, ev, out):
         for spec in [s.strip() for s in cfg["teachers"].split(",") if s.strip()]:
             samples = list(teacher_stream(spec, tasks, cfg, ev.backend))
             counts, seen = {}, set()
-            for (task, text), (p, v) in zip(samples, judge(ev, samples, f"judging {spec}")):
+            for (task, text), (p, v) in zip(samples, common.judge_responses(ev, samples, f"judging {spec}")):
                 log.write(json.dumps(dict(stage="sft", teacher=spec, task=task.name, status=v.status,
                                           reason=v.reason, source_hash=v.source_hash, message=v.message)) + "\n")
                 if v.ok and counts.get(task.name, 0) < cfg["keep"] and (task.name, v.source_hash) not in seen:
@@ -248,9 +237,7 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft"):
     dev = next(model.parameters()).device
     batches = schedule(data, cfg, max(1, epochs))
     total = math.ceil(len(batches) / cfg["grad_accum"])
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg["weight_decay"], betas=(0.9, 0.95))
-    if state.get("optimizer"):
-        opt.load_state_dict(state["optimizer"])
+    opt = common.optimizer(model, lr, cfg, state)
     start = state.get("step", 0)
     extra = dict(state.get("extra") or {}, done=False)
     model.train()
@@ -289,18 +276,17 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft"):
 def run(cfg):
     """Stage 1 end to end -> the checkpoint folder. Reuses a finished stage."""
     import torch
-    out = os.path.join(cfg["out"], cfg["config"], "sft")
+    out = common.stage_dir(cfg, "sft")
     if policy.is_done(out):
         print(f"sft: {out} is already trained (delete it to train again)")
         return out
-    os.makedirs(out, exist_ok=True)
-    config.save(cfg, os.path.join(out, "run_config.json"))
+    common.start_stage(out, cfg)
     torch.manual_seed(cfg["seed"])
     t0 = time.time()
-    tasks = kernels.select(kernels.load_tasks(cfg["tasks"]), cfg["only"])
+    tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
     data_path = os.path.join(out, "data.jsonl")
     if os.path.exists(data_path):  # resume: the dataset was built by an earlier run
-        data = [json.loads(line) for line in open(data_path)]
+        data = common.read_jsonl(data_path)
         print(f"sft: dataset of {len(data)} examples from {data_path}")
     else:
         with kernels.Evaluator(cfg, time_candidates=False) as ev:
@@ -310,7 +296,7 @@ def run(cfg):
             sys.exit("sft: no teacher sample passed the evaluator; nothing to train on")
         if cfg["sft_exemplars"]:
             time_kept(cfg, data, tasks)
-        write_jsonl(data_path, data)
+        common.write_jsonl(data_path, data)
         print(f"sft: dataset of {len(data)} examples -> {data_path} ({time.time() - t0:.0f} s)")
     if policy.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
@@ -325,15 +311,8 @@ def run(cfg):
     return out
 
 
-def write_jsonl(path, rows):
-    """Write rows atomically (a kill never leaves half a file)."""
-    with open(path + ".tmp", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-    os.replace(path + ".tmp", path)
-
-
 def main(argv=None):
-    return config.cli(run, argv, "sft.py")
+    return config.cli(run, argv, "sft.py", __doc__, config.STAGE1)
 
 
 if __name__ == "__main__":

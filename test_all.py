@@ -19,12 +19,15 @@ import torch
 
 import bench
 import config
-import crl
+import correctness
 import evaluate
+import exemplars
+import grpo
 import kernels
 import policy
 import prompts
 import sft
+import taskset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "shared", "kernelbench", "problems.jsonl")
@@ -48,7 +51,7 @@ def make_eval(cache, backend, **kw):
 
 @pytest.fixture(scope="session")
 def tasks():
-    return {t.name: t for t in kernels.load_tasks("builtin")}
+    return {t.name: t for t in taskset.load_tasks("builtin")}
 
 
 # ---------------------------------------------------------------------------- config
@@ -74,31 +77,100 @@ def test_config_rejects_bad_input(argv, msg):
         config.parse(argv)
 
 
+SCRIPTS = {"sft": config.STAGE1, "selftrain": config.STAGE2, "crl": config.STAGE3, "evaluate": config.EVALUATE,
+           "bench": config.BENCH}
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_every_script_answers_help(script, capsys):
+    """--help (and -h) prints the script's usage docstring and the settings it reads, from
+    config.SETTINGS; it runs nothing."""
+    mod = __import__(script)
+    for flag in ("--help", "-h"):
+        assert mod.main([flag]) is None
+        text = capsys.readouterr().out
+        assert text.startswith(mod.__doc__.strip().splitlines()[0])
+        for name in SCRIPTS[script]:
+            title, group = config.SETTINGS[name]
+            assert title in text and all(f"--{k}=" in text for k in group)
+    read = {k for name in SCRIPTS[script] for k in config.SETTINGS[name][1]}
+    assert ("crl_steps" in read) == (script == "crl") and ("samples" in read) == (script == "evaluate")
+    if script == "evaluate":  # the real command line, which used to answer "--help needs a value"
+        r = subprocess.run([sys.executable, "evaluate.py", "--help"], cwd=HERE, capture_output=True, text=True)
+        assert r.returncode == 0 and "--exemplars_db=" in r.stdout, r.stderr
+
+
+# Library modules in import order: each imports only modules before it (kernels starts the
+# workers in harness.py, importing it when an Evaluator is built: the one exception). Stages
+# import library modules and earlier stages; evaluate.py and bench.py import no stage.
+LIBRARY = ["config", "prompts", "taskset", "kernels", "correctness", "harness", "common", "policy", "exemplars", "grpo"]
+STAGES = ["sft", "selftrain", "crl"]
+
+
+def project_imports(name):
+    tree = ast.parse(open(os.path.join(HERE, name + ".py")).read())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    return found & set(LIBRARY + STAGES + ["evaluate", "bench"])
+
+
+def test_imports_point_one_way_and_files_stay_short():
+    files = sorted(f[:-3] for f in os.listdir(HERE) if f.endswith(".py") and f != "test_all.py")
+    assert sorted(LIBRARY + STAGES + ["evaluate", "bench"]) == files, "a new module needs a place in this test"
+    bad = []
+    for i, name in enumerate(LIBRARY):
+        bad += [f"{name} -> {m}" for m in project_imports(name) if m not in LIBRARY[:i] and (name, m) != ("kernels", "harness")]
+    for i, name in enumerate(STAGES):
+        bad += [f"{name} -> {m}" for m in project_imports(name) if m not in LIBRARY + STAGES[:i]]
+    for name in ("evaluate", "bench"):
+        bad += [f"{name} -> {m}" for m in project_imports(name) if m not in LIBRARY]
+    assert not bad, bad
+    long = {f: n for f in files if (n := len(open(os.path.join(HERE, f + ".py")).read().splitlines())) > 700}
+    assert not long, f"files over 700 lines: {long}"
+
+
+def test_workers_and_candidates_import_no_transformers():
+    """The forkserver preloads harness.py (and with it kernels.py); candidates import kernels.
+    Neither may pull in transformers, or every worker would pay for it."""
+    code = "import sys, harness, kernels, taskset; print(sorted(m for m in sys.modules if m.startswith('transformers')))"
+    r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_median_is_the_true_median():
+    assert kernels.median([3.0]) == 3.0 and kernels.median([4.0, 1.0, 2.0]) == 2.0
+    assert kernels.median([1.0, 2.0, 3.0, 10.0]) == 2.5  # the mean of the middle two, not the upper one
+
+
 # ---------------------------------------------------------------------------- loading
 
 def test_builtin_suite_loads():
-    ts = kernels.load_tasks("builtin")
+    ts = taskset.load_tasks("builtin")
     assert len(ts) >= 12
     assert {"diag_matmul", "gemm_max_subtract_gelu", "attention", "mlp"} <= {t.name for t in ts}
 
 
 @pytest.mark.skipif(not os.path.exists(SHARED), reason="../shared/kernelbench absent")
 def test_kernelbench_jsonl_loads_all_250():
-    ts = kernels.load_tasks(SHARED)
+    ts = taskset.load_tasks(SHARED)
     assert len(ts) == 250
     assert {t.level for t in ts} == {1, 2, 3}
     assert ts[0].name.startswith("L1_1_")
 
 
 def test_kernelbench_folder_layout(tmp_path):
-    code = open(os.path.join(kernels.BUILTIN_TASKS, "gelu.py")).read()
+    code = open(os.path.join(taskset.BUILTIN_TASKS, "gelu.py")).read()
     for rel in ("level1/19_GELU.py", "level2/7_Conv_GELU.py"):
         p = tmp_path / rel
         p.parent.mkdir(exist_ok=True)
         p.write_text(code)
-    ts = kernels.load_tasks(str(tmp_path))
+    ts = taskset.load_tasks(str(tmp_path))
     assert [(t.name, t.level, t.problem_id) for t in ts] == [("L1_19_GELU", 1, 19), ("L2_7_Conv_GELU", 2, 7)]
-    one = kernels.load_tasks(str(tmp_path / "level1" / "19_GELU.py"))
+    one = taskset.load_tasks(str(tmp_path / "level1" / "19_GELU.py"))
     assert one[0].name == "L1_19_GELU"
 
 
@@ -110,18 +182,18 @@ def test_kernelbench_folder_layout(tmp_path):
 def test_malformed_task_names_the_file(tmp_path, code, msg):
     p = tmp_path / "broken_task.py"
     p.write_text(code)
-    with pytest.raises(kernels.TaskError, match=msg) as e:
-        kernels.load_tasks(str(p))
+    with pytest.raises(taskset.TaskError, match=msg) as e:
+        taskset.load_tasks(str(p))
     assert "broken_task.py" in str(e.value)
     j = tmp_path / "set.jsonl"
     j.write_text(json.dumps({"level": 1, "problem_id": 3, "name": "x", "code": code}) + "\n")
-    with pytest.raises(kernels.TaskError, match=r"set.jsonl:1"):
-        kernels.load_tasks(str(j))
+    with pytest.raises(taskset.TaskError, match=r"set.jsonl:1"):
+        taskset.load_tasks(str(j))
 
 
 def test_missing_task_path_is_clear():
-    with pytest.raises(kernels.TaskError, match="no such file"):
-        kernels.load_tasks("/nonexistent/tasks")
+    with pytest.raises(taskset.TaskError, match="no such file"):
+        taskset.load_tasks("/nonexistent/tasks")
 
 
 def test_solutions_match_by_folder_name_and_ids(tmp_path, tasks):
@@ -129,33 +201,44 @@ def test_solutions_match_by_folder_name_and_ids(tmp_path, tasks):
     (tmp_path / "softmax" / "fast.py").write_text("class ModelNew: pass")
     (tmp_path / "gelu_v2.py").write_text("class ModelNew: pass")
     (tmp_path / "nothing_like_it.py").write_text("class ModelNew: pass")
-    pairs, unmatched = kernels.match(list(tasks.values()), kernels.load_solutions(str(tmp_path)))
+    pairs, unmatched = taskset.match(list(tasks.values()), taskset.load_solutions(str(tmp_path)))
     assert sorted(t.name for t, _ in pairs) == ["gelu", "softmax"]
     assert [os.path.basename(s.name) for s in unmatched] == ["nothing_like_it.py"]
-    kb = [kernels.Task("L1_19_ReLU", "x", "x", 1, 19)]
-    sols = [kernels.Solution("class ModelNew: pass", "level_1_problem_19_sample_0_kernel.py", level=1, problem_id=19)]
-    assert kernels.match(kb, sols)[0][0][0].name == "L1_19_ReLU"
+    kb = [taskset.Task("L1_19_ReLU", "x", "x", 1, 19)]
+    sols = [taskset.Solution("class ModelNew: pass", "level_1_problem_19_sample_0_kernel.py", level=1, problem_id=19)]
+    assert taskset.match(kb, sols)[0][0][0].name == "L1_19_ReLU"
+
+
+def test_pair_up_filters_by_only_and_backend(tasks):
+    """The step evaluate.py and bench.py share between loading and judging."""
+    seeds = taskset.load_solutions(os.path.join(HERE, "tasks", "seeds"))  # both backends' folders
+    p = taskset.pair_up(list(tasks.values()), seeds, "gelu,softmax", "cpu")
+    assert {t.name for t, _ in p.pairs} == {"gelu", "softmax"} and len(p.pairs) == 4
+    assert all(taskset.solution_backend(s.code) == "cpu" for _, s in p.pairs)
+    assert len(p.other_backend) == 4 and all(taskset.solution_backend(s.code) == "cuda" for _, s in p.other_backend)
+    with pytest.raises(taskset.TaskError, match="no such task"):
+        taskset.pair_up(list(tasks.values()), seeds, "nosuch", "cpu")
 
 
 def test_cuda_l1_release_layout(tmp_path, tasks, cache):
     """The CUDA-L1 release: level_id, task_id, ref_code, custom_code (null or "None")."""
-    ref = open(os.path.join(kernels.BUILTIN_TASKS, "gelu.py")).read()
+    ref = open(os.path.join(taskset.BUILTIN_TASKS, "gelu.py")).read()
     good = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.nn.functional.gelu(x)\n"
     recs = [dict(level_id=1, task_id=19, ref_code=ref, custom_code=good),
             dict(level_id=1, task_id=20, ref_code=ref, custom_code=None),
             dict(level_id=1, task_id=21, ref_code=ref, custom_code="None")]
     p = tmp_path / "cuda_l1.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    sols = kernels.load_solutions(str(p))
+    sols = taskset.load_solutions(str(p))
     assert [s.code is None for s in sols] == [False, True, True]
-    pairs, unmatched = kernels.match([], sols)  # no task set: each record brings its own
+    pairs, unmatched = taskset.match([], sols)  # no task set: each record brings its own
     assert not unmatched and [t.name for t, _ in pairs] == ["L1_19", "L1_20", "L1_21"]
     with make_eval(cache, "cpu") as ev:
         vs = ev.evaluate(pairs)
     assert [v.status for v in vs] == ["ok", "compile_error", "compile_error"]
     assert vs[1].reason == "no_code"
     # a task set filters: only problem 19 of level 1 is kept
-    pairs, unmatched = kernels.match([kernels.Task("L1_19_GELU", ref, "-", 1, 19)], sols)
+    pairs, unmatched = taskset.match([taskset.Task("L1_19_GELU", ref, "-", 1, 19)], sols)
     assert len(pairs) == 1 and len(unmatched) == 2
 
 
@@ -213,30 +296,30 @@ def test_worker_gpu_is_named_as_the_machine_numbers_it():
 def test_rel_err_and_compare():
     r64 = torch.randn(1000, dtype=torch.float64)
     r32 = r64.float()
-    assert kernels.rel_err(r32, r64) < 1e-6
-    assert kernels.compare(r32.clone(), r32, r64, False, "t")[0] < 1e-6
+    assert correctness.rel_err(r32, r64) < 1e-6
+    assert correctness.compare(r32.clone(), r32, r64, False, "t")[0] < 1e-6
     with pytest.raises(kernels.Reject) as e:  # fp16 rounding: a precision downgrade
-        kernels.compare(r32.half().float(), r32, r64, False, "t")
+        correctness.compare(r32.half().float(), r32, r64, False, "t")
     assert (e.value.status, e.value.reason) == ("rejected", "precision")
-    assert kernels.compare(r32.half().float(), r32, r64, True, "t")[0] < 1e-2  # allowed by the flag
+    assert correctness.compare(r32.half().float(), r32, r64, True, "t")[0] < 1e-2  # allowed by the flag
     with pytest.raises(kernels.Reject) as e:
-        kernels.compare(r32 + 1, r32, r64, False, "t")
+        correctness.compare(r32 + 1, r32, r64, False, "t")
     assert (e.value.status, e.value.reason) == ("incorrect", "mismatch")
     bad = r32.clone()
     bad[5] = float("nan")
     with pytest.raises(kernels.Reject) as e:
-        kernels.compare(bad, r32, r64, False, "t")
+        correctness.compare(bad, r32, r64, False, "t")
     assert e.value.reason == "nan"
     with pytest.raises(kernels.Reject) as e:
-        kernels.compare(r32[:10], r32, r64, False, "t")
+        correctness.compare(r32[:10], r32, r64, False, "t")
     assert e.value.reason == "shape_mismatch"
     with pytest.raises(kernels.Reject) as e:
-        kernels.compare(r32.double(), r32, r64, False, "t")
+        correctness.compare(r32.double(), r32, r64, False, "t")
     assert e.value.reason == "dtype_mismatch"
     unwritten = r32.clone()
     unwritten.view(torch.int32)[:100] = -1  # the poison pattern
     with pytest.raises(kernels.Reject) as e:
-        kernels.compare(unwritten, r32, r64, False, "t")
+        correctness.compare(unwritten, r32, r64, False, "t")
     assert e.value.reason == "unwritten_output"
 
 
@@ -245,8 +328,8 @@ def test_tolerance_scales_with_an_ill_conditioned_reference():
     x = torch.randn(1 << 18, dtype=torch.float64)
     r64 = x.cumsum(0)
     r32 = x.float().cumsum(0)
-    err_ref = kernels.rel_err(r32, r64)
-    _, tol = kernels.compare(r32.clone(), r32, r64, False, "t")
+    err_ref = correctness.rel_err(r32, r64)
+    _, tol = correctness.compare(r32.clone(), r32, r64, False, "t")
     assert tol == max(1e-4, 10 * err_ref)
 
 
@@ -334,7 +417,7 @@ def test_stale_locks_are_cleaned(cache):
 def seed_pairs(tasks, backend):
     pairs = []
     for f in sorted(glob.glob(os.path.join(HERE, "tasks", "seeds", backend, "*", "*.py"))):
-        pairs.append((tasks[os.path.basename(os.path.dirname(f))], kernels.Solution(open(f).read(), f)))
+        pairs.append((tasks[os.path.basename(os.path.dirname(f))], taskset.Solution(open(f).read(), f)))
     return pairs
 
 
@@ -401,7 +484,7 @@ def test_evaluate_cli_writes_results(cache, tmp_path):
 
 
 def test_reference_only_mode(cache, tasks):
-    broken = kernels.Task("broken", "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+    broken = taskset.Task("broken", "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
                           "        raise ValueError('boom')\ndef get_inputs():\n    return [torch.randn(3)]\n", "-")
     with make_eval(cache, "cpu") as ev:
         vs = ev.run_references([tasks["gelu"], broken])
@@ -522,10 +605,10 @@ def test_sampling_batches_and_stops(tiny):
     assert [len(o) for o in outs] == [2, 2]
     for o, m in zip(outs, msgs):
         for s in o:
-            assert s["prompt_ids"] == policy.prompt_ids(tok, m)
-            assert 0 < len(s["ids"]) <= 6
-            assert s["finished"] == (s["ids"][-1] == tok.eos_token_id)
-            assert tok.eos_token_id not in s["ids"][:-1]
+            assert s.prompt_ids == policy.prompt_ids(tok, m)
+            assert 0 < len(s.ids) <= 6
+            assert s.finished == (s.ids[-1] == tok.eos_token_id)
+            assert tok.eos_token_id not in s.ids[:-1]
 
 
 def test_sft_loss_falls_on_a_tiny_batch(tiny):
@@ -551,27 +634,27 @@ def test_lr_schedule():
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[-1] == pytest.approx(0.1, abs=0.01)
 
 
-# ---------------------------------------------------------------------------- crl.py: the loss math
+# ---------------------------------------------------------------------------- grpo.py: the loss math
 
 def test_reward_smoothing_and_zero_spread_groups():
     r = torch.tensor([0.0, 1.0, 2.0, 3.0])
-    adv = crl.smooth_rewards(r, k=1.5)
+    adv = grpo.smooth_rewards(r, k=1.5)
     z = (r - r.mean()) / r.std(unbiased=False)
     assert torch.allclose(adv, z.clamp(-1.5, 1.5))
-    big = crl.smooth_rewards(torch.tensor([0.0, 0.0, 0.0, 100.0]), k=1.5)
+    big = grpo.smooth_rewards(torch.tensor([0.0, 0.0, 0.0, 100.0]), k=1.5)
     assert big.max() == 1.5 and big.min() > -1.5  # the outlier is clipped at k
-    assert (crl.smooth_rewards(torch.tensor([2.0, 2.0, 2.0]), k=1.5) == 0).all()  # nothing to learn
-    dr = crl.smooth_rewards(torch.tensor([1.0, 1.2]), k=1.5, std_scale=False)
+    assert (grpo.smooth_rewards(torch.tensor([2.0, 2.0, 2.0]), k=1.5) == 0).all()  # nothing to learn
+    dr = grpo.smooth_rewards(torch.tensor([1.0, 1.2]), k=1.5, std_scale=False)
     assert torch.allclose(dr, torch.tensor([-0.1, 0.1]))  # Dr. GRPO: no std scaling
 
 
 def test_clipped_surrogate():
     old = torch.zeros(1, 4)
     logp = torch.log(torch.tensor([[0.5, 0.9, 1.1, 1.5]]))  # ratios 0.5, 0.9, 1.1, 1.5
-    loss_pos, clip_pos = crl.clipped_surrogate(logp, old, torch.tensor([1.0]), eps=0.2)
+    loss_pos, clip_pos = grpo.clipped_surrogate(logp, old, torch.tensor([1.0]), eps=0.2)
     assert torch.allclose(loss_pos, -torch.tensor([[0.5, 0.9, 1.1, 1.2]]))  # gains above 1+eps are cut
     assert clip_pos.tolist() == [[False, False, False, True]]
-    loss_neg, clip_neg = crl.clipped_surrogate(logp, old, torch.tensor([-1.0]), eps=0.2)
+    loss_neg, clip_neg = grpo.clipped_surrogate(logp, old, torch.tensor([-1.0]), eps=0.2)
     assert torch.allclose(loss_neg, torch.tensor([[0.8, 0.9, 1.1, 1.5]]))  # below 1-eps no more gain
     assert clip_neg.tolist() == [[True, False, False, False]]
 
@@ -579,8 +662,8 @@ def test_clipped_surrogate():
 def test_k3_kl():
     logp = torch.log(torch.rand(3, 7) * 0.9 + 0.05)
     ref = torch.log(torch.rand(3, 7) * 0.9 + 0.05)
-    assert (crl.k3_kl(logp, ref) >= 0).all()
-    assert torch.equal(crl.k3_kl(logp, logp), torch.zeros(3, 7))
+    assert (grpo.k3_kl(logp, ref) >= 0).all()
+    assert torch.equal(grpo.k3_kl(logp, logp), torch.zeros(3, 7))
 
 
 def test_masked_tokens_contribute_nothing_and_normaliser_counts_completions():
@@ -588,20 +671,20 @@ def test_masked_tokens_contribute_nothing_and_normaliser_counts_completions():
     old = logp.detach() + 0.1 * torch.randn(2, 5)
     mask = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]], dtype=torch.float)
     adv = torch.tensor([1.0, -1.0])
-    loss, st = crl.grpo_loss(logp, old, None, adv, mask, 0.2, 0.0, normaliser=mask.sum())
+    loss, st = grpo.grpo_loss(logp, old, None, adv, mask, 0.2, 0.0, normaliser=mask.sum())
     loss.backward()
     assert (logp.grad[mask == 0] == 0).all() and (logp.grad[mask == 1] != 0).all()
     assert st["tokens"] == 5
     # garbage in masked positions changes nothing
     noisy = logp.detach().clone()
     noisy[mask == 0] = 1e6
-    loss2, _ = crl.grpo_loss(noisy, old, None, adv, mask, 0.2, 0.0, normaliser=mask.sum())
+    loss2, _ = grpo.grpo_loss(noisy, old, None, adv, mask, 0.2, 0.0, normaliser=mask.sum())
     assert torch.allclose(loss, loss2)
     # token-level normalisation: the mean over completion tokens of the whole batch
-    per_tok, _ = crl.clipped_surrogate(logp.detach(), old, adv, 0.2)
+    per_tok, _ = grpo.clipped_surrogate(logp.detach(), old, adv, 0.2)
     assert torch.allclose(loss, (per_tok * mask).sum() / 5)
     # split into micro-batches with the batch's normaliser, the parts add up to the whole
-    parts = sum(crl.grpo_loss(logp[i:i + 1], old[i:i + 1], None, adv[i:i + 1], mask[i:i + 1], 0.2, 0.0, 5.0)[0]
+    parts = sum(grpo.grpo_loss(logp[i:i + 1], old[i:i + 1], None, adv[i:i + 1], mask[i:i + 1], 0.2, 0.0, 5.0)[0]
                 for i in range(2))
     assert torch.allclose(parts, loss)
 
@@ -610,9 +693,9 @@ def test_one_update_moves_logprobs_the_right_way(tiny):
     cfg, _, tok = tiny
     model = policy.build_tiny(cfg, tok)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    groups = [dict(prompt_ids=[5, 6, 7], ids=[20, 21, 22, tok.eos_token_id], adv=1.0),
-              dict(prompt_ids=[5, 6, 7], ids=[30, 31, 32, tok.eos_token_id], adv=-1.0)]
-    b = policy.pack(tok, [g["prompt_ids"] for g in groups], [g["ids"] for g in groups])
+    groups = [grpo.Rollout([5, 6, 7], [20, 21, 22, tok.eos_token_id], 1.0),
+              grpo.Rollout([5, 6, 7], [30, 31, 32, tok.eos_token_id], -1.0)]
+    b = policy.pack(tok, [g.prompt_ids for g in groups], [g.ids for g in groups])
 
     def seq_logp():
         with torch.no_grad():
@@ -620,7 +703,7 @@ def test_one_update_moves_logprobs_the_right_way(tiny):
         return (lp * b["completion_mask"][:, 1:]).sum(1)
 
     before = seq_logp()
-    stats = crl.train_step(dict(cfg, ppo_epochs=1, crl_micro_batch=2, clip_eps=0.2, beta=0.0, dr_grpo=False,
+    stats = grpo.train_step(dict(cfg, ppo_epochs=1, crl_micro_batch=2, clip_eps=0.2, beta=0.0, dr_grpo=False,
                                 grad_clip=1.0, temperature=1.0, crl_samples=2), model, None, opt, tok, groups, 1)
     after = seq_logp()
     assert after[0] > before[0] and after[1] < before[1]
@@ -633,7 +716,7 @@ def test_bucket_sampling_frequencies():
     rng = random.Random(0)
     counts, n = {}, 20000
     for _ in range(n):
-        idx = crl.bucket_sample(scores, 2, 0.5, 1.0, rng)
+        idx = exemplars.bucket_sample(scores, 2, 0.5, 1.0, rng)
         b = sorted(int(scores[i] // 0.5) for i in idx)
         assert len(b) == 2 and b[0] != b[1]  # two distinct buckets
         counts[tuple(b)] = counts.get(tuple(b), 0) + 1
@@ -650,22 +733,22 @@ def test_bucket_sampling_frequencies():
                 want[key] = want.get(key, 0) + w[a] / W * w[b] / (W - w[a])
     for key, p in want.items():
         assert abs(counts.get(key, 0) / n - p) < 0.015, (key, counts.get(key, 0) / n, p)
-    assert crl.bucket_sample([1.0], 2, 0.5, 1.0, rng) == [0]  # fewer buckets than N: all there are
-    assert crl.bucket_sample([], 2, 0.5, 1.0, rng) == []
+    assert exemplars.bucket_sample([1.0], 2, 0.5, 1.0, rng) == [0]  # fewer buckets than N: all there are
+    assert exemplars.bucket_sample([], 2, 0.5, 1.0, rng) == []
 
 
 def test_database_drops_a_torn_line(tmp_path):
-    db = crl.Database(str(tmp_path / "db.jsonl"))
+    db = exemplars.Database(str(tmp_path / "db.jsonl"))
     row = dict(task="gelu", task_hash="t", source_hash="a", code="x", status="ok", speedup=1.5, step=1)
     db.add([row, dict(row, source_hash="b", speedup=0.5)])
     db.add([row])  # the same variant again is not stored twice
     with open(tmp_path / "db.jsonl", "a") as f:
         f.write('{"task": "gelu", "task_ha')  # a kill mid-write
-    again = crl.Database(str(tmp_path / "db.jsonl"))
+    again = exemplars.Database(str(tmp_path / "db.jsonl"))
     assert [r["source_hash"] for r in again.rows] == ["a", "b"]
     assert again.lookup("t", "b")["speedup"] == 0.5 and len(again.successes("gelu")) == 2
     again.add([dict(row, source_hash="c")])  # appends after the cut, not glued to the torn line
-    assert [r["source_hash"] for r in crl.Database(str(tmp_path / "db.jsonl")).rows] == ["a", "b", "c"]
+    assert [r["source_hash"] for r in exemplars.Database(str(tmp_path / "db.jsonl")).rows] == ["a", "b", "c"]
 
 
 # ---------------------------------------------------------------------------- the stages end to end (CPU)
@@ -705,7 +788,7 @@ def test_pipeline_runs_every_stage(pipeline):
     keys = {"step", "success_rate", "mean_speedup", "median_speedup", "max_speedup", "reward_mean", "reward_std",
             "kl", "clip_frac", "tok_s", "gen_s", "eval_s", "update_s", "skipped_groups"}
     assert all(keys <= set(r) for r in log)
-    db = crl.Database(os.path.join(base, "crl", "db.jsonl"))
+    db = exemplars.Database(os.path.join(base, "crl", "db.jsonl"))
     assert {r["origin"] for r in db.rows} >= {"sft"} and all(r["status"] == "ok" for r in db.rows if r["origin"] == "sft")
     assert glob.glob(os.path.join(base, "crl", "samples", "step_1_rank0.jsonl"))
     # a stage checkpoint is a plain Hugging Face folder
@@ -755,13 +838,13 @@ def test_crl_survives_kill_9_and_resumes(pipeline, tmp_path):
     assert proc.poll() is None, proc.stdout.read()[-3000:]
     os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its evaluator workers, mid-step
     proc.wait()
-    before = crl.Database(str(crl_dir / "db.jsonl"), repair=False).rows
+    before = exemplars.Database(str(crl_dir / "db.jsonl"), repair=False).rows
     assert before, "the database was empty"
     step = torch.load(crl_dir / "train_state.pt", weights_only=False)["step"]
     assert step >= 1
     stdout = run_script("crl.py", [a.replace("--crl_steps=30", f"--crl_steps={step + 2}") for a in args])
     assert f"resuming after step {step}" in stdout
-    after = crl.Database(str(crl_dir / "db.jsonl")).rows
+    after = exemplars.Database(str(crl_dir / "db.jsonl")).rows
     assert after[:len(before)] == before  # nothing lost or rewritten
     log = [json.loads(line)["step"] for line in open(crl_dir / "log.jsonl")]
     assert log[-2:] == [step + 1, step + 2]
@@ -852,7 +935,7 @@ def test_builtin_teacher_mutates_and_the_filter_matters(tasks):
     seeds = {prompts.parse_response(prompts.completion(open(p).read())).code
              for p in glob.glob(os.path.join(HERE, "tasks", "seeds", "cpu", "softmax", "*.py"))}
     assert seeds <= codes and len(codes - seeds) >= 3  # seeds and mutations of them
-    assert list(sft.teacher_stream("builtin", [kernels.Task("nosuch", tasks["gelu"].code, "-")], cfg, "cpu")) == []
+    assert list(sft.teacher_stream("builtin", [taskset.Task("nosuch", tasks["gelu"].code, "-")], cfg, "cpu")) == []
 
 
 # ---------------------------------------------------------------------------- torchrun (gloo on CPU)
@@ -899,9 +982,9 @@ def test_policy_on_gpu(tiny):
     model = policy.build_tiny(cfg, tok).cuda()
     msgs = [[dict(role="user", content="gelu")]] * 2
     outs = policy.generate(model, tok, msgs, dict(cfg, max_new_tokens=5), n=2)
-    assert all(0 < len(s["ids"]) <= 5 for o in outs for s in o)
+    assert all(0 < len(s.ids) <= 5 for o in outs for s in o)
     s = outs[0][0]
-    b = {k: v.cuda() for k, v in policy.pack(tok, [s["prompt_ids"]], [s["ids"]]).items()}
+    b = {k: v.cuda() for k, v in policy.pack(tok, [s.prompt_ids], [s.ids]).items()}
     lp = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"])
     assert lp.dtype == torch.float32 and torch.isfinite(lp).all()
     with torch.no_grad():  # bf16 autocast against a plain fp32 recomputation: close, not equal

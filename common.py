@@ -1,0 +1,141 @@
+"""What the stage scripts and evaluate.py all do: torchrun helpers, JSONL files, a stage's
+output folder, the optimizer, and judging model responses. No candidate code runs here.
+
+    rank, world, cfg = common.dist_setup(cfg)        # under torchrun: one GPU per rank
+    rows = common.all_gather(mine, world)             # every rank's object, in rank order
+    common.start_stage(common.stage_dir(cfg, "sft"), cfg)   # out/<config>/sft/ with run_config.json
+    judged = common.judge_responses(ev, [(task, text), ...], "judging")   # [(Parsed, Verdict)]
+"""
+import json
+import os
+
+import torch
+
+import config
+import kernels
+import prompts
+
+# ----------------------------------------------------------------------------------------
+# Ranks (torchrun): each rank samples and judges its share on its own GPU
+
+
+def dist_setup(cfg):
+    """-> (rank, world, cfg for this rank). WORLD_SIZE > 1: join the process group, take
+    GPU LOCAL_RANK for the policy and for timing, and a share of the compile workers."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1, cfg
+    import torch.distributed as dist
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available() and cfg["device"] != "cpu"
+    if cuda:
+        torch.cuda.set_device(local)
+        # naming the device up front lets NCCL map ranks to GPUs without guessing
+        dist.init_process_group("nccl", device_id=torch.device(f"cuda:{local}"))
+    else:
+        dist.init_process_group("gloo")
+    # each rank on its own slice of this host's cores, so its timing workers never share a
+    # core with another rank's (the evaluator pins them to the last cores it is given)
+    cores = sorted(os.sched_getaffinity(0))
+    nlocal = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    share = len(cores) // nlocal
+    if share >= 1:
+        os.sched_setaffinity(0, cores[local * share:(local + 1) * share])
+    cfg = dict(cfg, device=f"cuda:{local}" if cuda else "cpu", gpus=str(local) if cuda else cfg["gpus"])
+    return dist.get_rank(), world, cfg
+
+
+def dist_teardown(world):
+    if world > 1:
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def barrier(world):
+    if world > 1:
+        torch.distributed.barrier()
+
+
+def all_gather(obj, world):
+    """Every rank's obj, in rank order (a list of one on a single process)."""
+    if world == 1:
+        return [obj]
+    import torch.distributed as dist
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_grads(model, world):
+    """Sum gradients over ranks: each rank's loss is already divided by the global normaliser."""
+    if world == 1:
+        return
+    import torch.distributed as dist
+    for p in model.parameters():
+        if p.grad is None:  # a rank whose groups were all skipped still joins every all_reduce
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+
+
+# ----------------------------------------------------------------------------------------
+# Files
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_jsonl(path, rows):
+    """Write rows atomically (a kill never leaves half a file)."""
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(path + ".tmp", path)
+
+
+def append_jsonl(path, rows, fsync=False):
+    """Append rows; fsync=True when the file is the run's memory (a kill must not lose it)."""
+    with open(path, "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def stage_dir(cfg, stage):
+    """Where a stage writes: out/<config>/<stage>/."""
+    return os.path.join(cfg["out"], cfg["config"], stage)
+
+
+def start_stage(out, cfg, write_config=True):
+    """Create a stage's folder and save the config it runs with (rank 0 alone writes)."""
+    os.makedirs(out, exist_ok=True)
+    if write_config:
+        config.save(cfg, os.path.join(out, "run_config.json"))
+
+
+def optimizer(model, lr, cfg, state=None):
+    """AdamW as every stage builds it, resumed from state["optimizer"] when there is one."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg["weight_decay"], betas=(0.9, 0.95))
+    if state and state.get("optimizer"):
+        opt.load_state_dict(state["optimizer"])
+    return opt
+
+
+# ----------------------------------------------------------------------------------------
+# Judging model responses
+
+
+def unusable(task_name, solution, parsed):
+    """The verdict for a response with no usable code (it never reaches a worker)."""
+    return kernels.Verdict(task_name, solution, "compile_error", parsed.reason, parsed.error)
+
+
+def judge_responses(ev, tasks_and_texts, desc):
+    """(task, response text) pairs -> (Parsed, Verdict) per pair, in order."""
+    parsed = [prompts.parse_response(text) for _, text in tasks_and_texts]
+    todo = [(t, p.code) for (t, _), p in zip(tasks_and_texts, parsed) if p.code is not None]
+    verdicts = iter(ev.evaluate(todo, desc=desc) if todo else [])
+    return [(p, next(verdicts) if p.code is not None else unusable(task.name, "response", p))
+            for (task, _), p in zip(tasks_and_texts, parsed)]

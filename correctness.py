@@ -1,0 +1,165 @@
+"""Correctness math: one output judged against the reference, in the task's dtype and in
+float64. Pure tensor functions, called by the worker (harness.py) and by the tests; nothing
+here runs candidate code.
+
+    err, tol = correctness.compare(out, ref32, ref64, allow_lowp=False, where="seed 0")  # or raises kernels.Reject
+"""
+import copy
+
+import torch
+
+import kernels
+
+
+def tensors(x):
+    """Flatten an output or input structure into its tensors."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for e in x for t in tensors(e)]
+    return []
+
+
+def float64_copy(ref):
+    """The reference model in float64, or None where it cannot be converted."""
+    try:
+        return copy.deepcopy(ref).double()
+    except Exception:
+        return None
+
+
+def reference_outputs(ref, ref64, xs):
+    """The reference's output on xs in the task's dtype and in float64 -> (r32, r64, ref64).
+    Floating inputs are cast for the float64 run; where an op has no float64 kernel the
+    comparison falls back to the task's dtype (r64 is r32) and ref64 comes back None."""
+    r32 = ref(*xs)
+    if ref64 is None:
+        return r32, r32, None
+    try:
+        return r32, ref64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                            for x in xs]), ref64
+    except Exception:
+        return r32, r32, None
+
+
+_CHUNK = 1 << 24  # elements per chunk: comparisons of gigabyte outputs stay small in memory
+LOWP_LIMIT = 5e-2  # errors between the tolerance and this look like lowered precision
+
+
+def _base_tol(dtype, allow_lowp):
+    if dtype == torch.float32 and allow_lowp:
+        return 1e-2
+    return {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2,
+            torch.bfloat16: 5e-2}.get(dtype, 1e-4)
+
+
+def rel_err(out, ref):
+    """max_i |out_i - ref_i| / (|ref_i| + mean|ref|), in float64, chunked: an allclose whose
+    atol scales with the output. inf where out has NaN/inf that ref has not."""
+    o, r = out.detach().reshape(-1), ref.detach().reshape(-1)
+    total, count = 0.0, 0
+    for i in range(0, r.numel(), _CHUNK):
+        rc = r[i:i + _CHUNK].double()
+        fin = torch.isfinite(rc)
+        total += rc.abs().where(fin, 0).sum().item()
+        count += int(fin.sum().item())
+    scale = max(total / count, 1e-30) if count else 1e-30
+    worst = 0.0
+    for i in range(0, r.numel(), _CHUNK):
+        oc, rc = o[i:i + _CHUNK].double(), r[i:i + _CHUNK].double()
+        fin = torch.isfinite(rc)
+        if not torch.equal(oc[~fin].nan_to_num(0.5, 1.5, -1.5), rc[~fin].nan_to_num(0.5, 1.5, -1.5)):
+            return float("inf")  # NaN/inf where the reference has a different one
+        if not torch.isfinite(oc[fin]).all():
+            return float("inf")
+        if fin.any():
+            d = ((oc - rc).abs() / (rc.abs() + scale))[fin]
+            worst = max(worst, d.max().item())
+    return worst
+
+
+def _bits(t):
+    """A tensor's raw bits as integers, so NaNs compare equal to themselves."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    if t.dtype.is_floating_point and t.element_size() in ints:
+        return t.contiguous().view(ints[t.element_size()])
+    return t
+
+
+def same_bits(a, b):
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+
+
+def poison(specs, dev, copies=2):
+    """Fill the memory the candidate's outputs will likely get with all-ones bytes (a NaN
+    for floats) and free it: a kernel that leaves part of its output unwritten shows the
+    poison instead of a stale correct answer (README, "How a candidate is judged": reading freed memory)."""
+    held = [torch.full((n,), 255, dtype=torch.uint8, device=dev) for n, _ in specs for _ in range(copies)]
+    del held
+
+
+def _poisoned(t):
+    """Number of elements of a float tensor whose bytes are all ones (the poison)."""
+    if not t.dtype.is_floating_point or t.numel() == 0:
+        return 0
+    return int((_bits(t) == -1).sum().item()) if t.element_size() > 1 else 0
+
+
+def compare(out, ref32, ref64, allow_lowp, where):
+    """Judge one output against the reference in the task's dtype (ref32) and in float64
+    (ref64). Returns (err, tol); raises Reject. The tolerance is the dtype's, or 10x the
+    eager reference's own error where the task is ill-conditioned."""
+    if isinstance(ref32, (list, tuple)):
+        if not isinstance(out, (list, tuple)) or len(out) != len(ref32):
+            raise kernels.Reject("incorrect", "shape_mismatch", f"expected {len(ref32)} outputs ({where})")
+        res = [compare(o, a, b, allow_lowp, where) for o, a, b in zip(out, ref32, ref64)]
+        return max(r[0] for r in res), min(r[1] for r in res)
+    if not isinstance(ref32, torch.Tensor):
+        if out != ref32:
+            raise kernels.Reject("incorrect", "mismatch", f"expected {ref32!r}, got {out!r} ({where})")
+        return 0.0, 0.0
+    if not isinstance(out, torch.Tensor):
+        raise kernels.Reject("incorrect", "not_a_tensor", f"output is a {type(out).__name__}, not a tensor ({where})")
+    if type(out) is not torch.Tensor:
+        raise kernels.Reject("rejected", "tensor_subclass",
+                     f"output is a {type(out).__name__}, a torch.Tensor subclass (lazy or deferred output)")
+    if out.device != ref32.device:
+        raise kernels.Reject("incorrect", "device_mismatch", f"output on {out.device}, expected {ref32.device}")
+    if out.shape != ref32.shape:
+        raise kernels.Reject("incorrect", "shape_mismatch", f"output shape {tuple(out.shape)}, expected {tuple(ref32.shape)}")
+    if out.dtype != ref32.dtype:
+        raise kernels.Reject("incorrect", "dtype_mismatch", f"output dtype {out.dtype}, expected {ref32.dtype}")
+    if out.numel() and out.untyped_storage().data_ptr() == 0:
+        raise kernels.Reject("rejected", "no_storage", "output tensor has no storage")
+    if not ref32.dtype.is_floating_point:
+        if not torch.equal(out, ref32):
+            raise kernels.Reject("incorrect", "mismatch", f"integer output differs from the reference ({where})")
+        return 0.0, 0.0
+    n_poison = _poisoned(out) - _poisoned(ref32)
+    if n_poison > 0:
+        raise kernels.Reject("rejected", "unwritten_output",
+                     f"{n_poison} of {out.numel()} output elements were never written ({where})")
+    err = rel_err(out, ref64)
+    tol = max(_base_tol(ref32.dtype, allow_lowp), 10 * rel_err(ref32, ref64))
+    if err == float("inf"):
+        raise kernels.Reject("incorrect", "nan", f"output has NaN/inf where the reference has none ({where})", err=err, tol=tol)
+    if err > tol:
+        if ref32.dtype in (torch.float32, torch.float64) and err <= LOWP_LIMIT and not allow_lowp:
+            raise kernels.Reject("rejected", "precision", f"error {err:.2e} exceeds the {ref32.dtype} tolerance "
+                         f"{tol:.1e}: consistent with fp16/bf16/TF32 arithmetic ({where})", err=err, tol=tol)
+        raise kernels.Reject("incorrect", "mismatch", f"max relative error {err:.2e} > tolerance {tol:.1e} ({where})",
+                     err=err, tol=tol)
+    return err, tol
+
+
+def fingerprint(out):
+    """A cheap identity of an output's values, to spot results replayed from a cache."""
+    ts = tensors(out)
+    return [(tuple(t.shape), t.double().sum().item(),
+             t.reshape(-1)[:: max(1, t.numel() // 4096)].double().cpu()) for t in ts]
+
+
+def same_fingerprint(a, b):
+    return len(a) == len(b) and all(x[0] == y[0] and x[1] == y[1] and torch.equal(x[2], y[2])
+                                    for x, y in zip(a, b))
+

@@ -1,0 +1,87 @@
+"""The exemplar database of Stage 3 and how exemplars are picked from it (paper section 3.3).
+
+    db = exemplars.Database("out/small/crl/db.jsonl")      # every judged variant, append-only
+    shown = exemplars.pick_exemplars(db, task, cfg, rng)    # [dict(code, speedup)] for the prompt
+
+A contrastive prompt shows N earlier correct variants of a task with their measured
+speedups. Bucket sampling picks them: group the task's variants into buckets of speedup
+`bucket_width`, draw N distinct buckets with probability proportional to
+exp((bucket mean - global mean) / tau), then one variant uniformly from each bucket.
+"""
+import json
+import math
+import os
+
+import common
+import taskset
+
+
+class Database:
+    """Rows: task, task_hash, source_hash, code, status, reason, speedup, step, origin,
+    flags. A torn last line (a kill mid-write) is dropped on load."""
+
+    def __init__(self, path, repair=True):
+        self.path, self.rows, self.index = path, [], {}
+        if not os.path.exists(path):
+            return
+        with open(path, "rb") as f:
+            raw = f.read()
+        end = raw.rfind(b"\n") + 1
+        if end < len(raw):
+            print(f"crl: {path}: dropped a torn last line (a kill mid-write)")
+            if repair:  # cut it off, or the next append would be glued to it
+                with open(path, "r+b") as f:
+                    f.truncate(end)
+        for line in raw[:end].decode().splitlines():
+            if line.strip():
+                self._keep(json.loads(line))
+
+    def _keep(self, row):
+        # sft.py's data.jsonl (timed kept variants) reads as a database too
+        row.setdefault("status", "ok" if row.get("speedup", 0) > 0 else "incorrect")
+        row.setdefault("task_hash", taskset.sha(row.get("task_code", row["task"])))
+        self.rows.append(row)
+        self.index.setdefault((row["task_hash"], row["source_hash"]), row)
+
+    def add(self, rows, write=True):
+        rows = [r for r in rows if (r["task_hash"], r["source_hash"]) not in self.index]
+        for r in rows:
+            self._keep(r)
+        if write and rows:
+            common.append_jsonl(self.path, rows, fsync=True)
+        return rows
+
+    def lookup(self, task_hash, source_hash):
+        return self.index.get((task_hash, source_hash))
+
+    def successes(self, task_name):
+        return [r for r in self.rows if r["task"] == task_name and r["status"] == "ok"]
+
+
+def bucket_sample(scores, n, width, tau, rng):
+    """CUDA-L1's exemplar choice: group scores into buckets of `width`, pick n distinct
+    buckets with probability proportional to exp((bucket mean - global mean) / tau), then
+    one member uniformly from each. -> indices into scores (fewer when fewer buckets)."""
+    buckets = {}
+    for i, s in enumerate(scores):
+        buckets.setdefault(math.floor(s / width), []).append(i)
+    keys = list(buckets)
+    mean = sum(scores) / len(scores) if scores else 0.0
+    w = [math.exp((sum(scores[i] for i in buckets[b]) / len(buckets[b]) - mean) / tau) for b in keys]
+    chosen = []
+    while keys and len(chosen) < n:  # sampling without replacement, proportional to w
+        j = rng.choices(range(len(keys)), weights=w)[0]
+        chosen.append(rng.choice(buckets[keys.pop(j)]))
+        w.pop(j)
+    return chosen
+
+
+def pick_exemplars(db, task, cfg, rng):
+    """N earlier successful variants of a task, by bucket sampling (or uniformly, the
+    ablation's `random` mode) -> [dict(code, speedup)]."""
+    rows = db.successes(task.name)
+    if cfg["exemplars"] == "random":
+        idx = rng.sample(range(len(rows)), min(cfg["n_exemplars"], len(rows)))
+    else:
+        idx = bucket_sample([r["speedup"] for r in rows], cfg["n_exemplars"], cfg["bucket_width"], cfg["tau"], rng)
+    return [dict(code=rows[i]["code"], speedup=rows[i]["speedup"]) for i in idx]

@@ -1,0 +1,126 @@
+"""GRPO as CUDA-L1 uses it (paper section 3.3): smoothed group-relative advantages, the PPO
+clipped ratio, an optional k3 KL to a frozen reference. Pure functions with shapes in the
+comments, then the update step; no files, no prompts, no evaluator.
+
+    adv = grpo.smooth_rewards(torch.tensor([0.0, 1.2, 3.5, 0.8]), k=1.5)   # one group of G
+    stats = grpo.train_step(cfg, model, ref_model, opt, tok, rollouts, world)
+"""
+from dataclasses import dataclass
+
+import torch
+
+import common
+import policy
+
+
+@dataclass
+class Rollout:
+    """One sampled response with its advantage: what the update needs of a sample."""
+    prompt_ids: list   # the prompt's tokens
+    ids: list          # the sampled tokens (EOS included when the reply finished)
+    adv: float         # its smoothed, group-relative advantage
+
+
+def smooth_rewards(r, k, std_scale=True):
+    """Group rewards -> advantages: clip((r - mean) / std, -k, k) (CUDA-L1's smoothing,
+    k = 1.5). r: (G,). A group whose rewards are all equal has nothing to learn: zeros.
+    std_scale=False is Dr. GRPO's variant (no division by the std)."""
+    std = r.std(unbiased=False)
+    if std < 1e-8:
+        return torch.zeros_like(r)
+    adv = (r - r.mean()) / (std if std_scale else 1.0)
+    return adv.clamp(-k, k)
+
+
+def group_advantages(rewards, k, std_scale=True):
+    """Rewards of P prompts' groups -> advantages, each group smoothed on its own.
+    rewards: (P, G) -> (P, G)"""
+    if not len(rewards):  # a rank with no prompts this step
+        return torch.zeros(0, 0)
+    return torch.stack([smooth_rewards(g, k, std_scale) for g in torch.tensor(rewards, dtype=torch.float32)])
+
+
+def k3_kl(logp, ref_logp):
+    """Schulman's k3 estimator of KL(pi || ref) per token: exp(d) - d - 1 with
+    d = ref_logp - logp; always >= 0, exactly 0 where the two agree. (B, T) -> (B, T)"""
+    d = ref_logp - logp
+    return d.exp() - d - 1
+
+
+def clipped_surrogate(logp, old_logp, adv, eps):
+    """PPO's clipped objective as a per-token loss. logp, old_logp: (B, T); adv: (B,).
+    -> loss (B, T), clipped (B, T) bool: where the clip took effect."""
+    ratio = (logp - old_logp).exp()                      # (B, T)
+    a = adv[:, None]                                     # (B, 1)
+    unclipped = ratio * a
+    clipped = ratio.clamp(1 - eps, 1 + eps) * a
+    return -torch.minimum(unclipped, clipped), clipped < unclipped
+
+
+def grpo_loss(logp, old_logp, ref_logp, adv, mask, eps, beta, normaliser):
+    """One micro-batch's share of the GRPO loss. logp, old_logp, ref_logp (or None), mask:
+    (B, T); adv: (B,). normaliser: the number of completion tokens in the whole batch
+    (token-level normalisation) or a constant (Dr. GRPO), so micro-batches add up to the
+    batch loss. Masked tokens (prompt, padding) contribute exactly 0.
+    -> (loss, dict of sums for logging)"""
+    keep = mask.bool()
+    # masked positions are zeroed before exp(): a padding position's log-prob may be huge
+    # or -inf, and inf * 0 is nan, not 0
+    logp = torch.where(keep, logp, 0.0)
+    old_logp = torch.where(keep, old_logp, 0.0)
+    per_tok, clipped = clipped_surrogate(logp, old_logp, adv, eps)   # (B, T)
+    kl = k3_kl(logp, torch.where(keep, ref_logp, 0.0)) if ref_logp is not None else None
+    if kl is not None and beta:
+        per_tok = per_tok + beta * kl
+    loss = torch.where(keep, per_tok, 0.0).sum() / normaliser
+    with torch.no_grad():  # how far this update has moved from pi_old (PPO's approx-KL)
+        kl_old = k3_kl(logp, old_logp)
+    stats = dict(clipped=float((clipped & keep).sum()), tokens=float(keep.sum()),
+                 kl=float(torch.where(keep, kl, 0.0).sum().detach()) if kl is not None else 0.0,
+                 kl_old=float(torch.where(keep, kl_old, 0.0).sum()))
+    return loss, stats
+
+
+def train_step(cfg, model, ref_model, opt, tok, rollouts, world):
+    """GRPO update on this rank's rollouts, `ppo_epochs` optimizer steps (the inner epochs).
+    -> dict of stats (sums over all ranks)."""
+    dev = next(model.parameters()).device
+    live = [s for s in rollouts if s.adv != 0.0]
+    n_tok = sum(len(s.ids) for s in live)
+    totals = common.all_gather(dict(tokens=n_tok, seqs=len(live)), world)
+    g_tokens = sum(t["tokens"] for t in totals)
+    stats = dict(kl=0.0, kl_old=0.0, clipped=0.0, tokens=0.0, loss=0.0, grad_norm=0.0)
+    if g_tokens == 0:
+        return stats
+    # Dr. GRPO: a constant (sequences x max_new_tokens), so long replies are not favoured
+    normaliser = sum(t["seqs"] for t in totals) * cfg["max_new_tokens"] if cfg["dr_grpo"] else g_tokens
+    mb, temp = cfg["crl_micro_batch"], cfg["temperature"] or 1.0  # log-probs at the sampling temperature
+    batches = [live[i:i + mb] for i in range(0, len(live), mb)]
+    packed = [{k: v.to(dev) for k, v in policy.pack(tok, [s.prompt_ids for s in b], [s.ids for s in b]).items()}
+              for b in batches]
+    # pi_old and the reference are fixed for all inner epochs: score them once
+    with torch.no_grad():
+        old = [policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], temp)
+               for p in packed]
+        ref = [policy.completion_logprobs(ref_model, p["input_ids"], p["attention_mask"], temp)
+               for p in packed] if ref_model is not None else [None] * len(packed)
+    model.train()
+    for epoch in range(cfg["ppo_epochs"]):
+        for b, p, o, r in zip(batches, packed, old, ref):
+            logp = policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], temp)
+            mask = p["completion_mask"][:, 1:].float()
+            adv = torch.tensor([s.adv for s in b], device=dev)
+            loss, st = grpo_loss(logp, o, r, adv, mask, cfg["clip_eps"], cfg["beta"], normaliser)
+            loss.backward()
+            if epoch == cfg["ppo_epochs"] - 1:  # report the last epoch's numbers
+                for k in ("kl", "kl_old", "clipped", "tokens"):
+                    stats[k] += st[k]
+                stats["loss"] += loss.item()
+        common.all_reduce_grads(model, world)
+        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"]))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    summed = common.all_gather({k: stats[k] for k in ("kl", "kl_old", "clipped", "tokens", "loss")}, world)
+    for k in ("kl", "kl_old", "clipped", "tokens", "loss"):
+        stats[k] = sum(s[k] for s in summed)
+    return stats
