@@ -3,7 +3,7 @@ output folder, the optimizer, and judging model responses. No candidate code run
 
     rank, world, cfg = common.dist_setup(cfg)        # under torchrun: one GPU per rank
     rows = common.all_gather(mine, world)             # every rank's object, in rank order
-    common.start_stage(common.stage_dir(cfg, "sft"), cfg)   # out/<config>/sft/ with run_config.json
+    out, finished = common.start_stage(cfg, "sft")     # out/<config>/sft/, with run_config.json
     judged = common.judge_responses(ev, [(task, text), ...], "judging")   # [(Parsed, Verdict)]
 """
 import json
@@ -13,6 +13,7 @@ import torch
 
 import config
 import kernels
+import policy
 import prompts
 
 # ----------------------------------------------------------------------------------------
@@ -108,11 +109,18 @@ def stage_dir(cfg, stage):
     return os.path.join(cfg["out"], cfg["config"], stage)
 
 
-def start_stage(out, cfg, write_config=True):
-    """Create a stage's folder and save the config it runs with (rank 0 alone writes)."""
+def start_stage(cfg, stage, write_config=True):
+    """Open a stage's folder, out/<config>/<stage>/, saving the config it runs with (under
+    torchrun rank 0 alone writes) -> (folder, finished). finished: the folder already holds
+    a completed checkpoint, which the stage reuses (nothing is written then)."""
+    out = stage_dir(cfg, stage)
+    if policy.is_done(out):
+        print(f"{stage}: {out} is finished (delete it to run again)")
+        return out, True
     os.makedirs(out, exist_ok=True)
     if write_config:
         config.save(cfg, os.path.join(out, "run_config.json"))
+    return out, False
 
 
 def optimizer(model, lr, cfg, state=None):

@@ -160,8 +160,9 @@ def run(cfg):
     else:
         start_from = common.stage_dir(cfg, "selftrain")
     common.barrier(world)  # rank 0 ran the earlier stages
-    out = common.stage_dir(cfg, "crl" if cfg["exemplars"] == "bucket" else f"crl-{cfg['exemplars']}")
-    common.start_stage(out, cfg, write_config=rank == 0)
+    # a Stage 3 checkpoint is never marked finished: more steps can always follow
+    out, _ = common.start_stage(cfg, "crl" if cfg["exemplars"] == "bucket" else f"crl-{cfg['exemplars']}",
+                                write_config=rank == 0)
     if policy.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
         if state["step"] >= cfg["crl_steps"]:

@@ -53,12 +53,10 @@ def sample_round(cfg, model, tok, tasks, ev, rnd, out):
 
 def run(cfg):
     """Stage 2 end to end -> the checkpoint folder. Reuses a finished stage."""
-    out = common.stage_dir(cfg, "selftrain")
-    if policy.is_done(out):
-        print(f"selftrain: {out} is finished (delete it to run again)")
+    out, finished = common.start_stage(cfg, "selftrain")
+    if finished:
         return out
     start_from = cfg["init_from"] or common.stage_dir(cfg, "sft")
-    common.start_stage(out, cfg)
     if policy.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
         print(f"selftrain: resuming after round {state['extra']['round']}")

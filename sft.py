@@ -276,11 +276,9 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft"):
 def run(cfg):
     """Stage 1 end to end -> the checkpoint folder. Reuses a finished stage."""
     import torch
-    out = common.stage_dir(cfg, "sft")
-    if policy.is_done(out):
-        print(f"sft: {out} is already trained (delete it to train again)")
+    out, finished = common.start_stage(cfg, "sft")
+    if finished:
         return out
-    common.start_stage(out, cfg)
     torch.manual_seed(cfg["seed"])
     t0 = time.time()
     tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])

@@ -103,7 +103,7 @@ def test_every_script_answers_help(script, capsys):
 # Library modules in import order: each imports only modules before it (kernels starts the
 # workers in harness.py, importing it when an Evaluator is built: the one exception). Stages
 # import library modules and earlier stages; evaluate.py and bench.py import no stage.
-LIBRARY = ["config", "prompts", "taskset", "kernels", "correctness", "harness", "common", "policy", "exemplars", "grpo"]
+LIBRARY = ["config", "prompts", "taskset", "kernels", "correctness", "harness", "policy", "common", "exemplars", "grpo"]
 STAGES = ["sft", "selftrain", "crl"]
 
 
