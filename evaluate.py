@@ -158,7 +158,7 @@ def model_mode(cfg, tasks, ev, rank, world):
     for ck in cfg["checkpoint"].split(",") if cfg["checkpoint"] else [""]:
         pairs, failed, smp = sample_pairs(cfg, tasks[rank::world], ev.backend, ck.strip())
         parts = common.all_gather(dict(pairs=[(t.name, s.code, s.name) for t, s in pairs],
-                                    failed=[v.to_dict() for v in failed], samples=smp), world)
+                                       failed=[v.to_dict() for v in failed], samples=smp), world)
         pairs = [(by_name[t], taskset.Solution(c, n)) for p in parts for t, c, n in p["pairs"]]
         failed = [kernels.Verdict(**d) for p in parts for d in p["failed"]]
         judge = functools.partial(ev.evaluate, desc=f"judging {ck or 'base'}")
