@@ -1,21 +1,22 @@
-"""Everything that runs inside an evaluator worker: load the task and the candidate, check
-correctness, time both, and say what went wrong. The only code in the project that runs
-candidate code; kernels.Evaluator starts the workers (one job each, a fresh process).
+"""Judging one candidate inside an evaluator worker: load the task and the candidate, guard
+the harness (integrity snapshots, global flags, threads), check correctness, have it timed
+(timing.py), and say what went wrong. With timing.py, the only code in the project that
+runs candidate code; worker.py runs one of these jobs per worker process:
 
-Entry points, called in a worker forked by kernels.Evaluator: child_main (every job) and
-standby_main (a CUDA run worker that brings its context up before its job arrives). The jobs:
-compile_job (import the candidate so its builds land in the cache), run_job (check and time
-one candidate on one task), reference_job (run a task's reference once).
+    compile_job(job)    # import the candidate so that its builds land in the cache
+    run_job(job)        # check and time one candidate on one task -> dict of Verdict fields
+    reference_job(job)  # run a task's reference once
 """
 import ast
-import ctypes
+import contextlib
 import importlib.util
+import multiprocessing.connection
+import multiprocessing.reduction
 import os
-import random
 import re
-import resource
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -26,6 +27,7 @@ import torch
 
 import correctness
 import kernels
+import timing
 from correctness import tensors
 from kernels import Reject
 
@@ -72,37 +74,84 @@ def _import_code(code, modname, path):
     return mod
 
 
-def _flags():
-    """Global backend settings the candidate must not change (README, "How a candidate is
-    judged": flags)."""
+def _flag_table():
+    """Global settings a candidate might change: name -> (read, write or None). Captured when
+    the worker starts, before any candidate can patch the functions."""
     b = torch.backends
+
+    def attr(obj, name):
+        return (lambda: getattr(obj, name)), (lambda v: setattr(obj, name, v))
+    return dict(  # matmul_precision before matmul_tf32: setting the first sets the second too
+        matmul_precision=(torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+        matmul_tf32=attr(b.cuda.matmul, "allow_tf32"), cudnn_tf32=attr(b.cudnn, "allow_tf32"),
+        cudnn_enabled=attr(b.cudnn, "enabled"), cudnn_benchmark=attr(b.cudnn, "benchmark"),
+        cudnn_deterministic=attr(b.cudnn, "deterministic"),
+        fp16_reduced=attr(b.cuda.matmul, "allow_fp16_reduced_precision_reduction"),
+        bf16_reduced=attr(b.cuda.matmul, "allow_bf16_reduced_precision_reduction"),
+        deterministic=(torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
+        mkldnn=attr(b.mkldnn, "enabled"),
+        default_dtype=((lambda get=torch.get_default_dtype: str(get())), None),
+        threads=(torch.get_num_threads, None))
+
+
+_FLAGS = _flag_table()
+# The flag policy (README, "How a candidate is judged"): whatever a candidate sets applies to
+# its own calls only and is undone after each; numerics flags (TF32, matmul precision) are
+# then judged by the float64 comparison. Speed-only flags also apply to the reference while
+# timing, so they earn nothing by themselves. The harness's own conditions are fixed.
+SPEED_FLAGS = ("cudnn_benchmark",)
+FIXED_FLAGS = ("default_dtype", "threads")
+
+
+def _read_flags():
+    with warnings.catch_warnings():  # the TF32 attributes warn about a newer API
+        warnings.simplefilter("ignore")
+        return {k: get() for k, (get, _) in _FLAGS.items()}
+
+
+def _write_flags(values):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return dict(
-            matmul_tf32=b.cuda.matmul.allow_tf32, cudnn_tf32=b.cudnn.allow_tf32,
-            cudnn_enabled=b.cudnn.enabled, cudnn_benchmark=b.cudnn.benchmark,
-            cudnn_deterministic=b.cudnn.deterministic,
-            fp16_reduced=b.cuda.matmul.allow_fp16_reduced_precision_reduction,
-            bf16_reduced=b.cuda.matmul.allow_bf16_reduced_precision_reduction,
-            matmul_precision=torch.get_float32_matmul_precision(),
-            deterministic=torch.are_deterministic_algorithms_enabled(),
-            default_dtype=str(torch.get_default_dtype()), threads=torch.get_num_threads(),
-            mkldnn=b.mkldnn.enabled)
+        for k, (get, put) in _FLAGS.items():
+            if put is not None and k in values and get() != values[k]:
+                put(values[k])
+
+
+_INHERITED = object()  # a class attribute found on a base class, not on the class itself
 
 
 def _snapshot(objs):
     """Identity of every callable attribute of the given objects: the harness's clocks,
-    synchronisation, comparisons, torch's namespace and the reference module."""
+    synchronisation, comparisons, torch's namespace and the reference module. For a class,
+    the names it inherits too: defining one on the class later shadows the base's."""
     snap = {}
     for label, obj in objs:
         for k, v in list(vars(obj).items()):
             if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
                 snap[(label, k)] = (obj, v)
+        if isinstance(obj, type):
+            for k in dir(obj):
+                if k not in vars(obj) and callable(getattr(obj, k, None)):
+                    snap[(label, k)] = (obj, _INHERITED)
     return snap
 
 
+def _torch_wrapper(new, old):
+    """True when `new` is torch's own wrapper around `old`, as torch.compile installs on first
+    use (torch.manual_seed, nn.Module.__init__): torch's code, holding the original."""
+    code = getattr(new, "__code__", None)
+    if code is None or not os.path.abspath(code.co_filename).startswith(_TORCH_DIR):
+        return False
+    held = [c.cell_contents for c in (new.__closure__ or ()) if c.cell_contents is not None]
+    return getattr(new, "__wrapped__", None) is old or any(h is old for h in held)
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
 def _patched(snap):
-    return [f"{label}.{k}" for (label, k), (obj, v) in snap.items() if vars(obj).get(k) is not v]
+    return [f"{label}.{k}" for (label, k), (obj, v) in snap.items()
+            if vars(obj).get(k, _INHERITED) is not v and not _torch_wrapper(vars(obj).get(k), v)]
 
 
 class _Counted:
@@ -134,6 +183,27 @@ def _count_torch_extensions():
     cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
 
 
+_PATHS = sysconfig.get_paths()
+_LIBRARIES = tuple({os.path.join(_PATHS[k], "") for k in ("purelib", "platlib")} | {_TORCH_DIR})
+
+
+def _track_thread_origins():
+    """Mark each thread with who started it: the first caller outside the standard library
+    (threading, concurrent.futures, ...) in an installed package (torch.compile's compile
+    workers, tqdm's monitor) or in the candidate's own code. Only the candidate's threads
+    count as background work."""
+    start = threading.Thread.start
+
+    def tracked(thread, *args, **kwargs):
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename.startswith(_PATHS["stdlib"]) and \
+                not f.f_code.co_filename.startswith(_LIBRARIES):
+            f = f.f_back
+        thread._started_by_library = f is not None and f.f_code.co_filename.startswith(_LIBRARIES)
+        return start(thread, *args, **kwargs)
+    threading.Thread.start = tracked
+
+
 class Harness:
     """What one worker needs to judge one candidate on one task. All its state is named
     here; the phases fill it in order: run_reference, load_candidate, run_checks, timing."""
@@ -154,6 +224,8 @@ class Harness:
         # flags, live threads, callables of the harness and torch, global module hooks;
         # ModelNew's forward and __call__ (watch_forward).
         self.sol, self.flags0, self.threads0, self.snap, self.hooks0, self.fwd0 = None, {}, set(), {}, 0, None
+        # The global flags the candidate set (candidate_flags), and those in force now.
+        self.own_flags, self.applied = {}, {}
         # What the verdict reports beyond its status: task flags, notes for the message,
         # calls into compiled kernels, the worst error and its tolerance.
         self.flags, self.notes, self.calls, self.max_err, self.tol = [], [], 0, None, None
@@ -200,33 +272,83 @@ class Harness:
         return [x.to(self.dev) if isinstance(x, torch.Tensor) else x for x in xs]
 
     def build(self, cls, seed):
-        """cls(*init_args) from `seed`, its parameters created on the device (initialising
-        big models on the host takes seconds); on the host if that fails."""
-        try:
-            torch.manual_seed(seed)
-            with torch.device(self.dev):
-                return cls(*self.init_args).to(self.dev)
-        except Exception:
-            torch.manual_seed(seed)
-            return cls(*self.init_args).to(self.dev)
+        """cls(*init_args) as KernelBench builds both programs: the seed set right before the
+        constructor, the parameters created on the host, then the model moved to the device.
+        Weights are never copied from one to the other, so a candidate may fold constants
+        into its own at construction."""
+        torch.manual_seed(seed)
+        return cls(*self.init_args).to(self.dev)
 
     def models(self, seed):
-        """Reference and candidate built from the same seed; the candidate gets the
-        reference's weights when its state_dict has the same names and shapes."""
+        """The reference and the candidate, each built from `seed`."""
         ref = self.build(self.task.Model, seed)
+        return ref, self.candidate(seed)
+
+    def candidate(self, seed, weights=None):
+        """ModelNew built from `seed` under its own flags; `weights`: a state_dict to load."""
         try:
-            new = self.build(self.sol.ModelNew, seed)
+            with self.candidate_flags("ModelNew.__init__"):
+                new = self.build(self.sol.ModelNew, seed)
+                if weights is not None:
+                    new.load_state_dict(weights)
+        except Reject:
+            raise
         except Exception as e:
             raise classify(e, "ModelNew.__init__") from e
-        rs, ns = ref.state_dict(), new.state_dict()
-        if rs.keys() == ns.keys() and all(rs[k].shape == ns[k].shape for k in rs):
-            new.load_state_dict(rs)
-        return ref, new
+        self.watch_forward(new)
+        self.integrity("ModelNew.__init__")
+        return new
+
+    # -- global flags ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def candidate_flags(self, where):
+        """Run candidate code under the flags it has set so far; afterwards keep what it
+        changed as its own and put the harness's flags back."""
+        self.applied = {**self.flags0, **self.own_flags}
+        _write_flags(self.applied)
+        try:
+            yield
+        finally:
+            now = _read_flags()
+            self.own_flags.update({k: v for k, v in now.items() if v != self.applied[k]})
+            self.own_flags = {k: v for k, v in self.own_flags.items() if v != self.flags0[k]}
+            _write_flags(self.flags0)
+            self.applied = self.flags0
+        fixed = [k for k in FIXED_FLAGS if k in self.own_flags]
+        if fixed:
+            raise Reject("rejected", "global_flag", "candidate changed the harness's " + "; ".join(
+                f"{k}: {self.flags0[k]} -> {self.own_flags[k]}" for k in fixed) + f" (during {where})")
+
+    @contextlib.contextmanager
+    def reference_flags(self):
+        """The reference while timing: the harness's flags plus the speed-only ones the
+        candidate set, so that a flag alone earns no speedup."""
+        self.applied = {**self.flags0, **{k: v for k, v in self.own_flags.items() if k in SPEED_FLAGS}}
+        _write_flags(self.applied)
+        try:
+            yield
+        finally:
+            _write_flags(self.flags0)
+            self.applied = self.flags0
+
+    def forward(self, new, xs, where):
+        """One call of the candidate under its flags, its kernel calls counted."""
+        before = kernels.KERNEL_CALLS[0]
+        try:
+            with self.candidate_flags(f"ModelNew.forward, {where}"):
+                out = new(*xs)
+        except Reject:
+            raise
+        except Exception as e:
+            raise classify(e, "ModelNew.forward after timing" if where == "after timing" else "ModelNew.forward") from e
+        self.calls += kernels.KERNEL_CALLS[0] - before
+        return out
 
     # -- the candidate -----------------------------------------------------------------
     def load_candidate(self):
         _count_torch_extensions()
-        self.flags0 = _flags()
+        _track_thread_origins()
+        self.flags0 = self.applied = _read_flags()
         self.threads0 = {t.ident for t in threading.enumerate()}
         self.snap = _snapshot([
             ("torch", torch), ("torch.Tensor", torch.Tensor), ("TensorBase", torch._C.TensorBase),
@@ -234,11 +356,17 @@ class Harness:
             ("Stream", torch.cuda.Stream), ("nn.Module", torch.nn.Module),
             ("time", sys.modules["time"]), ("torch.testing", torch.testing),
             ("task", self.task), ("Model", self.task.Model), ("harness", sys.modules[__name__]),
-            ("correctness", correctness), ("kernels", kernels)])
+            ("correctness", correctness), ("timing", timing), ("kernels", kernels),
+            # the way the verdict travels back to the Evaluator
+            ("Connection", multiprocessing.connection.Connection),
+            ("ForkingPickler", multiprocessing.reduction.ForkingPickler)])
         self.hooks0 = self._global_hooks()
         path = os.path.join(self.workdir, "candidate.py")
         try:
-            self.sol = _import_code(self.job["code"], "kb_candidate_" + self.job["source_hash"], path)
+            with self.candidate_flags("import"):
+                self.sol = _import_code(self.job["code"], "kb_candidate_" + self.job["source_hash"], path)
+        except Reject:
+            raise
         except BaseException as e:  # SystemExit included: candidate code may call sys.exit
             r = classify(e, "import")
             r.extra.setdefault("log", _candidate_traceback(e, path))
@@ -275,15 +403,17 @@ class Harness:
         if bad:
             raise Reject("rejected", "harness_patched",
                          f"candidate replaced {', '.join(sorted(bad)[:5])} (during {where})")
-        flags = _flags()
+        flags = _read_flags()  # outside its own calls (a thread of the candidate, say)
         changed = [f"{k}: {self.flags0[k]} -> {flags[k]}" for k in flags if flags[k] != self.flags0[k]]
         if changed:
-            raise Reject("rejected", "global_flag", f"candidate changed {'; '.join(changed)} (during {where})")
+            raise Reject("rejected", "global_flag", f"candidate changed {'; '.join(changed)} outside its calls "
+                         f"(during {where})")
         for k, v in self.task_vars.items():
             if vars(self.task).get(k) != v:
                 raise Reject("rejected", "problem_size_changed",
                              f"candidate changed the task's {k} from {v!r} (during {where})")
-        alive = [t for t in threading.enumerate() if t.ident not in self.threads0 and t.is_alive()]
+        alive = [t for t in threading.enumerate() if t.ident not in self.threads0 and t.is_alive()
+                 and not getattr(t, "_started_by_library", False)]
         if alive:
             raise Reject("rejected", "thread", f"candidate left {len(alive)} thread(s) running "
                          f"({alive[0].name}) after {where}")
@@ -317,15 +447,16 @@ def run_checks(h):
     cfg, seed0 = h.cfg, h.job["seed"]
     errs, tols, constant, kept = [], [], True, None
     for s in range(cfg["check_seeds"]):
-        ref, new = h.models(seed0 + 1000 * s)
-        h.watch_forward(new)
-        h.integrity("ModelNew.__init__")
+        seed = seed0 + 1000 * s
+        ref, new = h.models(seed)
         ref64 = correctness.float64_copy(ref)
         prints = []  # (candidate, reference) fingerprints of this seed's calls
+        held = []    # this seed's earlier outputs, kept alive so a reused buffer shows
+        retried = False  # with the reference's weights, after a mismatch
         xs = None
         for k in range(cfg["check_inputs"] + 1):
             refill = 0 < k == cfg["check_inputs"]  # last round: same tensors, new values
-            fresh = h.inputs(seed0 + 1000 * s + k + 1)
+            fresh = h.inputs(seed + k + 1)
             if refill:  # caches keyed by address, id or shape hit here and replay old results
                 for x, f in zip(xs, fresh):
                     if isinstance(x, torch.Tensor):
@@ -336,16 +467,14 @@ def run_checks(h):
             clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
             correctness.poison(h.out_specs, h.dev)
             where = f"seed {s}, input set {k}"
-            before = kernels.KERNEL_CALLS[0]
+            out = h.forward(new, xs, where)
             try:
-                out = new(*xs)
                 snap = [t.clone() for t in tensors(out)]  # what the caller's stream sees now
                 h.sync()
                 if not h.cuda:
                     time.sleep(0.005)
-            except Exception as e:
+            except Exception as e:  # an asynchronous CUDA error shows here
                 raise classify(e, "ModelNew.forward") from e
-            h.calls += kernels.KERNEL_CALLS[0] - before
             if any(not correctness.same_bits(a, b) for a, b in zip(snap, tensors(out))):
                 raise Reject("rejected", "side_stream" if h.cuda else "background_work",
                              "output changed after forward returned: work left running on an "
@@ -364,100 +493,69 @@ def run_checks(h):
                 if correctness.same_fingerprint(fp, pf) and not correctness.same_fingerprint(rp, pr):
                     raise Reject("rejected", "cached_output", "output repeats an earlier call's result for "
                                  f"different inputs: results cached across calls ({where})")
-            err, tol = correctness.compare(out, r32, r64, cfg["allow_lowp"], where)
+            try:
+                err, tol = correctness.compare(out, r32, r64, cfg["allow_lowp"], where)
+            except Reject as failure:
+                if failure.reason != "mismatch" or retried:
+                    raise
+                new, err, tol = with_reference_weights(h, ref, seed, clones, r32, r64, where, failure)
+                retried = True
+            if any(t.untyped_storage().data_ptr() == p.untyped_storage().data_ptr()
+                   for t in tensors(out) for p in held if t.numel()):
+                reused_output(h, where)
             errs.append(err)
             tols.append(tol)
             constant &= all(correctness.same_fingerprint(rp, pr) for _, pr in prints)
             prints.append((fp, rp))
+            held += tensors(out)
             del out, r32, r64, snap
         if kept is None:
             kept = (ref, new, ref64)
-        del ref64
+        del ref64, held
     h.max_err, h.tol = max(errs), min(tols)
     if constant:  # the output never changed with the input, like the all-zero task that scored 120x
         h.flags.append("input_independent")
     return kept
 
 
-def _spread(xs):
-    return (max(xs) - min(xs)) / kernels.median(xs) if xs and kernels.median(xs) > 0 else 0.0
-
-
-def run_timing(h, ref, new):
-    """Reference and candidate timed under the same conditions: warm-up, a
-    cache flush before every call, a device-wide synchronize before the end mark, a pool of
-    fresh input sets, the two interleaved in random order, median of runs per round, more
-    rounds while rounds disagree, and a longer re-measure for implausible speedups."""
-    cfg, seed = h.cfg, h.job["seed"]
-    ref_fn = torch.compile(ref) if cfg["baseline"] == "compile" else ref
-    x0 = h.inputs(seed + 7)
-    set_bytes = max(1, sum(x.numel() * x.element_size() for x in tensors(x0)))
-    budget = min(4e9, 0.25 * torch.cuda.mem_get_info()[0]) if h.cuda else 5e8
-    pool = [x0] + [h.inputs(seed + 8 + i) for i in range(int(min(7, budget // set_bytes)))]
-    if h.cuda:
-        flush = torch.empty(2 * torch.cuda.get_device_properties(h.dev).L2_cache_size,
-                            dtype=torch.uint8, device=h.dev)
-        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    else:
-        flush = torch.empty(32 << 20, dtype=torch.uint8)
-    step = [0]
-
-    def timed(fn):
-        xs = pool[step[0] % len(pool)]
-        step[0] += 1
-        flush.zero_()
-        h.sync()
-        if h.cuda:
-            ev0.record()
-            fn(*xs)
-            h.sync()  # all streams of the device, not just the current one
-            ev1.record()
-            ev1.synchronize()
-            return ev0.elapsed_time(ev1)
-        t0 = h.clock()
-        fn(*xs)
-        return (h.clock() - t0) * 1e3
-
+def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
+    """After a mismatch: is the forward wrong, or only the initialization? ModelNew is built
+    again with the reference's weights loaded (where the state_dicts match) and compared once
+    more. Right with them: its initialization draws the random stream differently (another
+    order, another way); rejected by default, accepted and flagged with allow_init_mismatch
+    -> (the candidate with the reference's weights, err, tol). Wrong with them too: the
+    failure stands."""
+    rs = ref.state_dict()
     try:
-        for _ in range(2):
-            timed(ref_fn), timed(new)
-        est = [kernels.median([timed(fn) for _ in range(3)]) for fn in (ref_fn, new)]
-    except Exception as e:
-        raise classify(e, "timing") from e
-    rng = random.Random(seed)
-
-    def measure(runs, rounds):
-        rr, rn = [], []
-        t0 = h.clock()
-        # extra rounds while rounds disagree, up to max_rounds and 4x the planned time
-        while len(rr) < rounds or (len(rr) < cfg["max_rounds"] and max(_spread(rr), _spread(rn)) > cfg["spread_limit"]
-                                   and h.clock() - t0 < 4 * rounds * max(cfg["round_seconds"], runs * sum(est) / 1e3)):
-            tr, tn = [], []
-            for _ in range(runs):
-                pair = [(ref_fn, tr), (new, tn)]
-                rng.shuffle(pair)
-                for fn, acc in pair:
-                    acc.append(timed(fn))
-            rr.append(kernels.median(tr))
-            rn.append(kernels.median(tn))
-        return rr, rn
-
-    runs = int(min(cfg["max_runs"], max(cfg["min_runs"], cfg["round_seconds"] * 1e3 / max(1e-3, sum(est)))))
-    # Slow programs (min_runs calls overrun a round twice over) get at most 3 rounds: their
-    # speedups are far from 1 and their time is better spent on the next candidate.
-    rounds = cfg["timing_rounds"] if runs * sum(est) <= 2e3 * cfg["round_seconds"] else min(3, cfg["timing_rounds"])
+        ns = h.candidate(seed).state_dict()
+    except Reject:
+        raise failure from None
+    if rs.keys() != ns.keys() or any(rs[k].shape != ns[k].shape for k in rs):
+        raise failure
+    new = h.candidate(seed, weights=rs)
     try:
-        rr, rn = measure(runs, rounds)
-        speedup = kernels.median(rr) / kernels.median(rn)
-        if speedup > cfg["suspicious_speedup"]:  # implausible: measure again, twice as long
-            rr, rn = measure(2 * runs, rounds)
-            h.notes.append(f"speedup {speedup:.1f}x re-measured")
-    except Exception as e:
-        raise classify(e, "timing") from e
-    h.check_forward(new, "timing")
-    h.integrity("timing")
-    ratios = [a / b for a, b in zip(rr, rn)]
-    return kernels.median(rr), kernels.median(rn), _spread(ratios)
+        err, tol = correctness.compare(h.forward(new, xs, where), r32, r64, h.cfg["allow_lowp"], where)
+    except Reject:
+        raise failure from None
+    if not h.cfg["allow_init_mismatch"]:
+        raise Reject("incorrect", "init_mismatch",
+                     "ModelNew computes the right function, but only with Model's weights copied in: its "
+                     "own initialization differs. Both are built from the same seed (as KernelBench does), "
+                     "so create the parameters in the same order and the same way as Model "
+                     f"(or accept this with --allow_init_mismatch) ({where})")
+    if "init_mismatch" not in h.flags:
+        h.flags.append("init_mismatch")
+    return new, err, tol
+
+
+def reused_output(h, where):
+    """An output returned in the same buffer as an earlier call's (a preallocated tensor, a
+    CUDA graph's static output): accepted as KernelBench does, and flagged."""
+    if h.cfg["reject_reused_output"]:
+        raise Reject("rejected", "reused_output", "the output is returned in the buffer of an earlier call's "
+                     f"output, which this call overwrote ({where})")
+    if "reused_output" not in h.flags:
+        h.flags.append("reused_output")
 
 
 def check_after_timing(h, ref, new, ref64):
@@ -465,8 +563,8 @@ def check_after_timing(h, ref, new, ref64):
     checked (counting calls, say) is caught here."""
     xs = h.inputs(h.job["seed"] + 999)
     correctness.poison(h.out_specs, h.dev)
+    out = h.forward(new, xs, "after timing")
     try:
-        out = new(*xs)
         h.sync()
     except Exception as e:
         raise classify(e, "ModelNew.forward after timing") from e
@@ -501,7 +599,12 @@ def run_job(job):
                 raise Reject("rejected", "no_kernel", "forward never called a compiled kernel")
             t2 = h.clock()
             if cfg["time_candidates"]:
-                ref_ms, new_ms, spread = run_timing(h, ref, new)
+                try:
+                    ref_ms, new_ms, spread = timing.run_timing(h, ref, new)
+                except Reject:
+                    raise
+                except Exception as e:
+                    raise classify(e, "timing") from e
                 check_after_timing(h, ref, new, ref64)
                 res = dict(status="ok", speedup=ref_ms / new_ms, ref_ms=ref_ms, new_ms=new_ms, spread=spread,
                            message="; ".join(h.notes))
@@ -518,7 +621,7 @@ def run_job(job):
                        log=kernels.trim_log(_candidate_traceback(e, os.path.join(h.workdir, "candidate.py"))))
     res.setdefault("max_err", h.max_err)
     res.setdefault("tol", h.tol)
-    res.update(flags=h.flags, kernel_calls=h.calls)
+    res.update(flags=h.flags, kernel_calls=h.calls, set_flags={k: str(v) for k, v in h.own_flags.items()})
     return res
 
 
@@ -550,67 +653,3 @@ def compile_job(job):
             return dict(status=r.status, reason=r.reason, message=r.message,
                         log=kernels.trim_log(r.extra.get("log") or _candidate_traceback(e, path)))
     return dict(status="built")
-
-
-def standby_main(conn, env, cores):
-    """A CUDA run worker started ahead of its job: context up, then wait for the job."""
-    os.setsid()
-    os.environ.update(env)
-    if cores:
-        os.sched_setaffinity(0, cores)
-    try:
-        torch.empty(1, device="cuda")
-    except Exception:
-        pass  # the job will meet the same error and report it
-    try:
-        msg = conn.recv()
-    except EOFError:  # the evaluator went away
-        os._exit(0)
-    if msg is None:
-        os._exit(0)
-    child_main(msg[0], conn, msg[1])
-
-
-def child_main(kind, conn, job):
-    """Entry of every worker process: a session of its own (so a kill takes its compilers
-    too), output to a log file, then one job, its result sent back, and a hard exit."""
-    if os.getsid(0) != os.getpid():
-        os.setsid()
-    os.environ.update(job["env"])
-    fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
-    if job.get("cores"):
-        os.sched_setaffinity(0, job["cores"])
-    if not (kind != "compile" and job["backend"] == "cuda"):  # CUDA maps huge address ranges
-        # a candidate asking for terabytes gets an error, not the machine's OOM killer
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        resource.setrlimit(resource.RLIMIT_AS, (ram, ram))
-    try:
-        if job["backend"] == "cpu" and kind == "run":
-            _cpu_worker_setup(job)
-        res = {"compile": compile_job, "run": run_job, "reference": reference_job}[kind](job)
-    except BaseException as e:
-        res = dict(status="runtime_error", reason="harness", message=f"{type(e).__name__}: {e}"[:300],
-                   log=kernels.trim_log(traceback.format_exc()))
-    try:
-        conn.send(res)
-        conn.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(0)  # skip atexit handlers and finalizers the candidate may have left
-
-
-def _cpu_worker_setup(job):
-    """CPU timing worker: all its cores for torch, and freed heap blocks kept in the heap
-    (not returned to the OS) so the output poison survives for the allocator to hand out."""
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 << 20)   # M_MMAP_THRESHOLD: the largest value glibc accepts
-        libc.mallopt(-1, 1 << 30)    # M_TRIM_THRESHOLD
-    except OSError:
-        pass
-

@@ -1,6 +1,7 @@
 """The evaluator's entry point: KernelBench tasks in, trustworthy verdicts out. Candidates
 import it for the build API; scripts import it for the Evaluator. Candidate code only ever
-runs in worker processes (harness.py), never in the process that holds an Evaluator.
+runs in worker processes (worker.py, harness.py, timing.py), never in the process that
+holds an Evaluator.
 
     python evaluate.py --tasks builtin --solutions tasks/seeds/cpu      # the usual front end
 
@@ -272,7 +273,8 @@ class Verdict:
     max_err: float | None = None  # worst error against the float64 reference
     tol: float | None = None
     log: str = ""                 # trimmed compiler / runtime log a model can read
-    flags: list = field(default_factory=list)    # task flags, e.g. input_independent
+    flags: list = field(default_factory=list)    # input_independent, init_mismatch, reused_output
+    set_flags: dict = field(default_factory=dict)  # global settings the candidate set, e.g. cudnn_benchmark
     seconds: dict = field(default_factory=dict)  # compile, check, time, total
     kernel_calls: int = 0
     source_hash: str = ""
@@ -396,11 +398,11 @@ class Evaluator:
         os.makedirs(self.cache, exist_ok=True)
         self.tmp = tempfile.mkdtemp(prefix="kernels-")
         self.ctx = mp.get_context("forkserver")
-        # Workers run harness.py (which imports this module for the build API candidates
+        # Workers run worker.py (which imports this module for the build API candidates
         # call); imported here, not at the top, so that importing kernels stays cheap.
-        import harness
-        self.harness = harness
-        self.ctx.set_forkserver_preload(["torch", "harness"])
+        import worker
+        self.worker = worker
+        self.ctx.set_forkserver_preload(["torch", "worker"])
         self.env = {"KERNELS_BACKEND": self.backend, "CUDAL1_CACHE": self.cache, "MAX_JOBS": "2",
                     "KERNELS_COMPILE_TIMEOUT": str(self.cfg["compile_timeout"])}
         cores = sorted(os.sched_getaffinity(0))
@@ -491,7 +493,7 @@ class Evaluator:
             self._standby[slot] = self._spawn_standby(slot)
             return _Running(kind, item, proc, conn, _now() + timeout, slot, job["log"])
         parent, child = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=self.harness.child_main, args=(kind, child, job), daemon=True)
+        proc = self.ctx.Process(target=self.worker.child_main, args=(kind, child, job), daemon=True)
         proc.start()
         child.close()
         return _Running(kind, item, proc, parent, _now() + timeout, slot, job["log"])
@@ -499,7 +501,7 @@ class Evaluator:
     def _spawn_standby(self, slot):
         env = dict(self.env, CUDA_VISIBLE_DEVICES=physical_gpu(self.gpus[slot]))
         parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(target=self.harness.standby_main, args=(child, env, self.run_cores[slot]), daemon=True)
+        proc = self.ctx.Process(target=self.worker.standby_main, args=(child, env, self.run_cores[slot]), daemon=True)
         proc.start()
         child.close()
         return proc, parent

@@ -101,9 +101,10 @@ def test_every_script_answers_help(script, capsys):
 
 
 # Library modules in import order: each imports only modules before it (kernels starts the
-# workers in harness.py, importing it when an Evaluator is built: the one exception). Stages
+# workers in worker.py, importing it when an Evaluator is built: the one exception). Stages
 # import library modules and earlier stages; evaluate.py and bench.py import no stage.
-LIBRARY = ["config", "prompts", "taskset", "kernels", "correctness", "harness", "policy", "common", "exemplars", "grpo"]
+LIBRARY = ["config", "prompts", "taskset", "kernels", "correctness", "timing", "harness", "worker", "policy", "common",
+           "exemplars", "grpo"]
 STAGES = ["sft", "selftrain", "crl"]
 
 
@@ -123,7 +124,7 @@ def test_imports_point_one_way_and_files_stay_short():
     assert sorted(LIBRARY + STAGES + ["evaluate", "bench"]) == files, "a new module needs a place in this test"
     bad = []
     for i, name in enumerate(LIBRARY):
-        bad += [f"{name} -> {m}" for m in project_imports(name) if m not in LIBRARY[:i] and (name, m) != ("kernels", "harness")]
+        bad += [f"{name} -> {m}" for m in project_imports(name) if m not in LIBRARY[:i] and (name, m) != ("kernels", "worker")]
     for i, name in enumerate(STAGES):
         bad += [f"{name} -> {m}" for m in project_imports(name) if m not in LIBRARY + STAGES[:i]]
     for name in ("evaluate", "bench"):
@@ -134,9 +135,9 @@ def test_imports_point_one_way_and_files_stay_short():
 
 
 def test_workers_and_candidates_import_no_transformers():
-    """The forkserver preloads harness.py (and with it kernels.py); candidates import kernels.
-    Neither may pull in transformers, or every worker would pay for it."""
-    code = "import sys, harness, kernels, taskset; print(sorted(m for m in sys.modules if m.startswith('transformers')))"
+    """The forkserver preloads worker.py (and with it harness.py, timing.py, kernels.py);
+    candidates import kernels. None may pull in transformers, or every worker would pay for it."""
+    code = "import sys, worker, harness, timing, kernels, taskset; print(sorted(m for m in sys.modules if m.startswith('transformers')))"
     r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
@@ -348,27 +349,29 @@ def test_summary_math():
 
 # ---------------------------------------------------------------------------- hacks and faults
 
-def hack_files(backend):
-    """hacks/*.py for this backend: cpu_/cuda_ prefixed files for one, the rest for both."""
+def hack_files(backend, folder="hacks"):
+    """<folder>/*.py for this backend: cpu_/cuda_ prefixed files for one, the rest for both."""
     other = "cuda" if backend == "cpu" else "cpu"
     out = []
-    for f in sorted(glob.glob(os.path.join(HERE, "hacks", "*.py"))):
+    for f in sorted(glob.glob(os.path.join(HERE, folder, "*.py"))):
         if os.path.basename(f).startswith(other + "_"):
             continue
         code = open(f).read()
         meta = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(code).body
                 if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
-                and n.targets[0].id in ("EXPECT", "TASK", "OPTIONS")}
+                and n.targets[0].id in ("EXPECT", "TASK", "OPTIONS", "FLAGS", "SET_FLAGS")}
         out.append((f, code, meta))
     return out
 
 
-def run_hacks(cache, tasks, backend):
-    """Every adversarial candidate, in batches by the options they need, with an honest
-    candidate after them: a crash or a hang must not spoil the next evaluation."""
+def run_hacks(cache, tasks, backend, folder="hacks"):
+    """Every candidate of a folder (the adversarial ones in hacks/, the honest ones in
+    honest/), in batches by the options they need, with an honest seed after them: a crash or
+    a hang must not spoil the next evaluation. Each must get its EXPECT verdict, and the
+    verdict flags (FLAGS) and global settings (SET_FLAGS) it names."""
     honest = open(os.path.join(HERE, "tasks", "seeds", backend, "swish_bias", "fast.py")).read()
     groups = {}
-    for f, code, meta in hack_files(backend):
+    for f, code, meta in hack_files(backend, folder):
         groups.setdefault(repr(sorted(meta.get("OPTIONS", {}).items())), []).append((f, code, meta))
     failures = []
     for key, items in groups.items():
@@ -379,6 +382,9 @@ def run_hacks(cache, tasks, backend):
             status, _, reasons = meta["EXPECT"].partition("/")
             if v.status != status or (reasons and v.reason not in reasons.split("|")):
                 failures.append(f"{os.path.basename(f)}: expected {meta['EXPECT']}, got {v.status}/{v.reason}: {v.message}")
+            elif not set(meta.get("FLAGS", [])) <= set(v.flags) or not set(meta.get("SET_FLAGS", [])) <= set(v.set_flags):
+                failures.append(f"{os.path.basename(f)}: expected flags {meta.get('FLAGS')} and settings "
+                                f"{meta.get('SET_FLAGS')}, got {v.flags} and {v.set_flags}")
         if not vs[-1].ok:
             failures.append(f"honest candidate after {key}: {vs[-1].status}/{vs[-1].reason}: {vs[-1].message}")
     assert not failures, "\n".join(failures)
@@ -393,6 +399,20 @@ def test_hacks_and_faults_cpu(cache, tasks):
 @needs_cuda
 def test_hacks_and_faults_cuda(cache, tasks):
     run_hacks(cache, tasks, "cuda")
+
+
+def test_honest_candidates_cpu(cache, tasks):
+    """KernelBench's conventions: parameters built their own way on the host, constants
+    folded into weights, torch.compile, cuDNN autotuning, a reused output buffer (ours and
+    load_inline's format) are accepted; an initialization that differs from Model's is not."""
+    assert len(hack_files("cpu", "honest")) >= 12
+    run_hacks(cache, tasks, "cpu", "honest")
+
+
+@gpu
+@needs_cuda
+def test_honest_candidates_cuda(cache, tasks):
+    run_hacks(cache, tasks, "cuda", "honest")
 
 
 def test_parent_prechecks_need_no_worker(cache, tasks):

@@ -43,6 +43,9 @@ class ModelNew(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
         self.ln = nn.LayerNorm(dim)
+        with torch.no_grad():  # initialized as the task's Model is (the check builds both from one seed)
+            self.ln.weight.normal_(1.0, 0.5)
+            self.ln.bias.normal_(0.0, 0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()

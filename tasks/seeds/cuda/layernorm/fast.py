@@ -83,7 +83,10 @@ lib = kernels.load_cuda(SRC)
 class ModelNew(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
-        self.ln = nn.LayerNorm(dim)   # weight and bias are copied from the reference
+        self.ln = nn.LayerNorm(dim)
+        with torch.no_grad():  # initialized as the task's Model is (the check builds both from one seed)
+            self.ln.weight.normal_(1.0, 0.5)
+            self.ln.bias.normal_(0.0, 0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()

@@ -1,0 +1,89 @@
+"""Timing a candidate against its reference, inside an evaluator worker (harness.py's
+run_job calls it once the candidate has passed its checks).
+
+Both programs are timed under the same conditions: a warm-up, a cache flush before every
+call, a device-wide synchronize before the end mark, a pool of fresh input sets, the two
+interleaved in random order, the median of each round, more rounds while rounds disagree,
+and a longer re-measure for implausible speedups.
+"""
+import random
+
+import torch
+
+import kernels
+from correctness import tensors
+
+
+def _spread(xs):
+    return (max(xs) - min(xs)) / kernels.median(xs) if xs and kernels.median(xs) > 0 else 0.0
+
+
+def run_timing(h, ref, new):
+    """h: the worker's Harness; ref, new: the checked models -> (reference ms, candidate ms,
+    spread of the per-round speedups). Exceptions from candidate code pass through: the
+    caller turns them into verdicts."""
+    cfg, seed = h.cfg, h.job["seed"]
+    ref_fn = torch.compile(ref) if cfg["baseline"] == "compile" else ref
+    x0 = h.inputs(seed + 7)
+    set_bytes = max(1, sum(x.numel() * x.element_size() for x in tensors(x0)))
+    budget = min(4e9, 0.25 * torch.cuda.mem_get_info()[0]) if h.cuda else 5e8
+    pool = [x0] + [h.inputs(seed + 8 + i) for i in range(int(min(7, budget // set_bytes)))]
+    if h.cuda:
+        flush = torch.empty(2 * torch.cuda.get_device_properties(h.dev).L2_cache_size,
+                            dtype=torch.uint8, device=h.dev)
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    else:
+        flush = torch.empty(32 << 20, dtype=torch.uint8)
+    step = [0]
+
+    def timed(fn):
+        xs = pool[step[0] % len(pool)]
+        step[0] += 1
+        flush.zero_()
+        h.sync()
+        with h.reference_flags() if fn is ref_fn else h.candidate_flags("timing"):
+            if h.cuda:
+                ev0.record()
+                fn(*xs)
+                h.sync()  # all streams of the device, not just the current one
+                ev1.record()
+                ev1.synchronize()
+                return ev0.elapsed_time(ev1)
+            t0 = h.clock()
+            fn(*xs)
+            return (h.clock() - t0) * 1e3
+
+    for _ in range(2):
+        timed(ref_fn), timed(new)
+    est = [kernels.median([timed(fn) for _ in range(3)]) for fn in (ref_fn, new)]
+    rng = random.Random(seed)
+
+    def measure(runs, rounds):
+        rr, rn = [], []
+        t0 = h.clock()
+        # extra rounds while rounds disagree, up to max_rounds and 4x the planned time
+        while len(rr) < rounds or (len(rr) < cfg["max_rounds"] and max(_spread(rr), _spread(rn)) > cfg["spread_limit"]
+                                   and h.clock() - t0 < 4 * rounds * max(cfg["round_seconds"], runs * sum(est) / 1e3)):
+            tr, tn = [], []
+            for _ in range(runs):
+                pair = [(ref_fn, tr), (new, tn)]
+                rng.shuffle(pair)
+                for fn, acc in pair:
+                    acc.append(timed(fn))
+            rr.append(kernels.median(tr))
+            rn.append(kernels.median(tn))
+        return rr, rn
+
+    runs = int(min(cfg["max_runs"], max(cfg["min_runs"], cfg["round_seconds"] * 1e3 / max(1e-3, sum(est)))))
+    # Slow programs (min_runs calls overrun a round twice over) get at most 3 rounds: their
+    # speedups are far from 1 and their time is better spent on the next candidate.
+    rounds = cfg["timing_rounds"] if runs * sum(est) <= 2e3 * cfg["round_seconds"] else min(3, cfg["timing_rounds"])
+    rr, rn = measure(runs, rounds)
+    speedup = kernels.median(rr) / kernels.median(rn)
+    if speedup > cfg["suspicious_speedup"]:  # implausible: measure again, twice as long
+        rr, rn = measure(2 * runs, rounds)
+        h.notes.append(f"speedup {speedup:.1f}x re-measured")
+    h.check_forward(new, "timing")
+    h.integrity("timing")
+    ratios = [a / b for a, b in zip(rr, rn)]
+    return kernels.median(rr), kernels.median(rn), _spread(ratios)

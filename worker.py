@@ -1,0 +1,98 @@
+"""An evaluator worker process from start to exit: a session of its own, resource limits,
+output to a log file, one job (harness.py), its result sent back, a hard exit. The Evaluator
+in kernels.py starts these from a forkserver that has imported this module, harness.py and
+torch (and not transformers).
+
+    child_main(kind, conn, job)     # every job: kind is compile | run | reference
+    standby_main(conn, env, cores)  # a CUDA run worker that brings its context up first
+"""
+import ctypes
+import os
+import pickle
+import resource
+import struct
+import sys
+import traceback
+
+import torch
+
+import harness
+import kernels
+
+
+def standby_main(conn, env, cores):
+    """A CUDA run worker started ahead of its job: context up, then wait for the job."""
+    os.setsid()
+    os.environ.update(env)
+    if cores:
+        os.sched_setaffinity(0, cores)
+    try:
+        torch.empty(1, device="cuda")
+    except Exception:
+        pass  # the job will meet the same error and report it
+    try:
+        msg = conn.recv()
+    except EOFError:  # the evaluator went away
+        os._exit(0)
+    if msg is None:
+        os._exit(0)
+    child_main(msg[0], conn, msg[1])
+
+
+# Captured when the forkserver imports this module, before any candidate runs: the result
+# goes back through these, so a candidate that patches multiprocessing's Connection or
+# pickler (rejected as harness_patched) cannot rewrite the verdict on its way out.
+_DUMPS, _PACK, _WRITE, _EXIT = pickle.dumps, struct.pack, os.write, os._exit
+
+
+def _send(conn, obj):
+    """Connection.send's framing (a 4-byte big-endian length, then the pickle), written with
+    the functions captured above."""
+    data = _DUMPS(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    data = _PACK("!i", len(data)) + data
+    fd = conn.fileno()
+    while data:
+        data = data[_WRITE(fd, data):]
+
+
+def child_main(kind, conn, job):
+    """Entry of every worker process: a session of its own (so a kill takes its compilers
+    too), output to a log file, then one job, its result sent back, and a hard exit."""
+    if os.getsid(0) != os.getpid():
+        os.setsid()
+    os.environ.update(job["env"])
+    fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
+    if job.get("cores"):
+        os.sched_setaffinity(0, job["cores"])
+    if not (kind != "compile" and job["backend"] == "cuda"):  # CUDA maps huge address ranges
+        # a candidate asking for terabytes gets an error, not the machine's OOM killer
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        resource.setrlimit(resource.RLIMIT_AS, (ram, ram))
+    try:
+        if job["backend"] == "cpu" and kind == "run":
+            _cpu_worker_setup(job)
+        res = {"compile": harness.compile_job, "run": harness.run_job, "reference": harness.reference_job}[kind](job)
+    except BaseException as e:
+        res = dict(status="runtime_error", reason="harness", message=f"{type(e).__name__}: {e}"[:300],
+                   log=kernels.trim_log(traceback.format_exc()))
+    try:
+        _send(conn, res)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        _EXIT(0)  # skip atexit handlers and finalizers the candidate may have left
+
+
+def _cpu_worker_setup(job):
+    """CPU timing worker: all its cores for torch, and freed heap blocks kept in the heap
+    (not returned to the OS) so the output poison survives for the allocator to hand out."""
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 << 20)   # M_MMAP_THRESHOLD: the largest value glibc accepts
+        libc.mallopt(-1, 1 << 30)    # M_TRIM_THRESHOLD
+    except OSError:
+        pass
