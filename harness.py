@@ -204,6 +204,18 @@ def _track_thread_origins():
     threading.Thread.start = tracked
 
 
+FENCE = 16384  # elements of NaN on each side of a fenced input (64 KB of fp32: alignment kept)
+
+
+def _fenced(x):
+    """x, contiguous, inside a buffer with FENCE NaNs before and after it."""
+    if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.is_contiguous()):
+        return x
+    buf = torch.full((x.numel() + 2 * FENCE,), float("nan"), dtype=x.dtype, device=x.device)
+    buf[FENCE:FENCE + x.numel()] = x.reshape(-1)
+    return buf[FENCE:FENCE + x.numel()].view(x.shape)
+
+
 class Harness:
     """What one worker needs to judge one candidate on one task. All its state is named
     here; the phases fill it in order: run_reference, load_candidate, run_checks, timing."""
@@ -259,9 +271,11 @@ class Harness:
         self.out_specs = [(t.numel() * t.element_size(), t.dtype) for t in tensors(out)]
         return ref, xs, out, (self.clock() - t0) * 1e3
 
-    def inputs(self, seed):
+    def inputs(self, seed, fenced=False):
         """A fresh input set on the device. Generated on the device when possible (fast for
-        the gigabyte inputs of KernelBench), else on the host and moved."""
+        the gigabyte inputs of KernelBench), else on the host and moved. fenced: each
+        floating input sits inside a larger buffer whose margins hold NaN, so a kernel that
+        reads past either end of an input gets NaN every time, not whatever lies there."""
         torch.manual_seed(seed)
         try:
             with torch.device(self.dev):
@@ -269,7 +283,8 @@ class Harness:
         except Exception:
             torch.manual_seed(seed)
             xs = list(self.task.get_inputs())
-        return [x.to(self.dev) if isinstance(x, torch.Tensor) else x for x in xs]
+        xs = [x.to(self.dev) if isinstance(x, torch.Tensor) else x for x in xs]
+        return [_fenced(x) for x in xs] if fenced else xs
 
     def build(self, cls, seed):
         """cls(*init_args) as KernelBench builds both programs: the seed set right before the
@@ -456,7 +471,7 @@ def run_checks(h):
         xs = None
         for k in range(cfg["check_inputs"] + 1):
             refill = 0 < k == cfg["check_inputs"]  # last round: same tensors, new values
-            fresh = h.inputs(seed + k + 1)
+            fresh = h.inputs(seed + k + 1, fenced=True)
             if refill:  # caches keyed by address, id or shape hit here and replay old results
                 for x, f in zip(xs, fresh):
                     if isinstance(x, torch.Tensor):
@@ -561,7 +576,7 @@ def reused_output(h, where):
 def check_after_timing(h, ref, new, ref64):
     """One more fresh input set after timing: a candidate that turns wrong once it has been
     checked (counting calls, say) is caught here."""
-    xs = h.inputs(h.job["seed"] + 999)
+    xs = h.inputs(h.job["seed"] + 999, fenced=True)
     correctness.poison(h.out_specs, h.dev)
     out = h.forward(new, xs, "after timing")
     try:

@@ -172,15 +172,23 @@ def build_dataset(cfg, tasks, ev, out):
 # ----------------------------------------------------------------------------------------
 # Fine-tuning (Stage 2 fine-tunes on its successes with the same loop)
 
-def time_kept(cfg, data, tasks):
+def time_kept(cfg, data):
     """Measure the kept variants' speedups (one timing each): the exemplars shown in
-    augmented prompts need them, and Stage 3's database starts from them."""
-    by_name = {t.name: t for t in tasks}
+    augmented prompts need them, and Stage 3's database starts from them. A variant that
+    fails this second judging (its first pass was lucky) leaves the dataset: nothing that
+    failed any check is trained on. -> the variants kept. Each is judged against the task
+    it was kept for (a teacher's record may bring its own reference)."""
     with kernels.Evaluator(cfg, time_candidates=True) as ev:
-        vs = ev.evaluate([(by_name[d["task"]], d["code"]) for d in data], desc="timing kept variants")
+        vs = ev.evaluate([(taskset.Task(d["task"], d["task_code"], "data.jsonl"), d["code"]) for d in data],
+                         desc="timing kept variants")
     for d, v in zip(data, vs):
         d.update(speedup=v.speedup if v.ok else 0.0, timed=dict(status=v.status, reason=v.reason, flags=v.flags,
                                                                 message=v.message[:300]))
+    failed = [f"{d['task']}: {v.status}/{v.reason}" for d, v in zip(data, vs) if not v.ok]
+    if failed:
+        print(f"sft: {len(failed)} kept variant(s) failed when judged again and leave the dataset "
+              f"({', '.join(failed[:4])}{', ...' if len(failed) > 4 else ''})")
+    return [d for d, v in zip(data, vs) if v.ok]
 
 
 def with_exemplars(data, j, cfg, rng):
@@ -290,10 +298,10 @@ def run(cfg):
         with kernels.Evaluator(cfg, time_candidates=False) as ev:
             print(f"sft: judging teacher samples on backend {ev.backend} (correctness only)")
             data = build_dataset(cfg, tasks, ev, out)
+        if cfg["sft_exemplars"]:
+            data = time_kept(cfg, data)
         if not data:
             sys.exit("sft: no teacher sample passed the evaluator; nothing to train on")
-        if cfg["sft_exemplars"]:
-            time_kept(cfg, data, tasks)
         common.write_jsonl(data_path, data)
         print(f"sft: dataset of {len(data)} examples -> {data_path} ({time.time() - t0:.0f} s)")
     if policy.has_checkpoint(out):

@@ -947,6 +947,20 @@ def test_openai_teacher_against_a_local_server(tasks, monkeypatch):
         sft.teacher_stream(f"openai:{url}", [], config.parse([]), "cpu")
 
 
+def test_kept_variants_are_judged_again_against_their_own_task(cache, tasks):
+    """Stage 1's timing pass (sft_exemplars) judges each kept variant against the task it was
+    kept for, also one a file: teacher's record brought with its own reference (a task the
+    task set does not hold), and drops what fails there."""
+    ref = tasks["gelu"].code
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    wrong = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    data = [dict(task="L1_19_GELU", task_code=ref, code=seed), dict(task="L1_19_GELU", task_code=ref, code=wrong)]
+    cfg = config.parse(["--backend=cpu", f"--cache_dir={cache}", "--progress=false", "--timing_rounds=2",
+                        "--round_seconds=0.05"])
+    kept = sft.time_kept(cfg, data)
+    assert [d["code"] for d in kept] == [seed] and kept[0]["speedup"] > 0 and kept[0]["timed"]["status"] == "ok"
+
+
 def test_builtin_teacher_mutates_and_the_filter_matters(tasks):
     cfg = config.parse(["--attempts=12", "--seed=1"])
     got = list(sft.teacher_stream("builtin", [tasks["softmax"]], cfg, "cpu"))
