@@ -9,6 +9,7 @@ rejection reasons.
     python evaluate.py --tasks builtin --solutions tasks/seeds/cuda --baseline compile
     python evaluate.py --tasks ../KernelBench/KernelBench/level1 --solutions runs/level1
     python evaluate.py --solutions cuda_l1_h100.jsonl      # records carry their own ref_code
+    python evaluate.py --solutions optimized_cuda_code/codes/h100.json   # the CUDA-L1 repository's file
     python evaluate.py --tasks problems.jsonl --reference_only     # KernelBench as one JSONL
 
 Settings are config.py's (`--key=value`, `--help` lists them); the full results go to
@@ -105,6 +106,31 @@ def report(verdicts):
         print(f"flagged input_independent (output never changes with the input; not in the numbers above): "
               f"{', '.join(names)}; their best speedup {max([v.speedup for v in flagged] + [0]):.1f}x")
     return out
+
+
+def audit(pairs, verdicts):
+    """Solutions that carry a published score (the CUDA-L1 release's records do): our
+    measured speedup beside theirs per task, the median of ours / theirs over the tasks both
+    accept, and why the others were not accepted here."""
+    rows, ratios, why = [], [], {}
+    print(f"\n{'task':28s} {'published':>10s} {'measured':>10s} {'ratio':>7s}  verdict")
+    for (t, s), v in zip(pairs, verdicts):
+        if s.score is None:
+            continue
+        ratio = v.speedup / s.score if v.ok and s.score > 0 else None
+        if ratio is not None:
+            ratios.append(ratio)
+        elif not v.ok:
+            why[f"{v.status}/{v.reason}"] = why.get(f"{v.status}/{v.reason}", 0) + 1
+        rows.append(dict(task=t.name, solution=s.name, published=s.score, measured=v.speedup if v.ok else None,
+                         ratio=ratio, status=v.status, reason=v.reason))
+        print(f"{t.name[:28]:28s} {s.score:10.2f} {_fmt(v.speedup if v.ok else None):>10s} {_fmt(ratio, '.3f'):>7s}  "
+              f"{v.status}{'/' + v.reason if v.reason else ''}")
+    med = kernels.median(ratios) if ratios else None
+    print(f"measured / published: median {_fmt(med, '.3f')} over the {len(ratios)} of {len(rows)} tasks both accept")
+    if why:
+        print("not accepted here: " + ", ".join(f"{k} {n}" for k, n in sorted(why.items(), key=lambda kv: -kv[1])))
+    return dict(n=len(rows), both=len(ratios), median_ratio=med, not_accepted=why, rows=rows)
 
 
 def sample_pairs(cfg, tasks, backend, checkpoint):
@@ -228,6 +254,8 @@ def run(cfg):
             if rank == 0:
                 print()
                 summary = report(verdicts)
+                if any(s.score is not None for _, s in p.pairs):  # an audit of published numbers
+                    summary["audit"] = audit(p.pairs, verdicts)
     common.dist_teardown(world)
     if rank != 0:  # rank 0 reports and writes
         return verdicts, None

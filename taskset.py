@@ -56,6 +56,7 @@ class Solution:
     level: int | None = None
     problem_id: int | None = None
     ref_code: str | None = None   # a reference carried by the solution (CUDA-L1 release)
+    score: float | None = None    # the speedup its publisher reported, when the record has one
 
 
 def top_names(code):
@@ -171,25 +172,56 @@ def _no_code(v):
     return v is None or (isinstance(v, str) and v.strip() in ("", "None", "null"))
 
 
+_SCORES = ("score", "score_default", "speedup")  # a published speedup, under the names releases use
+
+
+def _records(spec):
+    """(where, record) from a .jsonl, or from a .json holding one object: a list of records,
+    or the CUDA-L1 repository's per-GPU file ({"1": [records of level 1], "2": [...], ...})."""
+    lines = ((f"{spec}:{i}", r) for i, r in _read_jsonl(spec))
+    if spec.endswith(".jsonl"):
+        yield from lines
+        return
+    try:
+        with open(spec) as f:
+            obj = json.load(f)
+    except json.JSONDecodeError:  # a .json that holds JSON lines
+        yield from lines
+        return
+    if isinstance(obj, dict) and obj and all(str(k).isdigit() and isinstance(v, list) for k, v in obj.items()):
+        for lv, rs in obj.items():
+            yield from ((f"{spec}:level {lv}[{j}]", dict(r, level_id=r.get("level_id", int(lv))))
+                        for j, r in enumerate(rs))
+    elif isinstance(obj, list):
+        yield from ((f"{spec}[{j}]", r) for j, r in enumerate(obj))
+    else:  # one record
+        yield f"{spec}", obj
+
+
 def load_solutions(spec):
     """A .py defining ModelNew | a folder of them (matched to tasks by folder or file name,
     or KernelBench ids in the path) | a .jsonl keyed by level and problem id, including the
-    CUDA-L1 release layout (level_id, task_id, ref_code, custom_code) -> [Solution]."""
+    CUDA-L1 release layout (level_id, task_id, ref_code, custom_code, score), or a .json of
+    such records (the CUDA-L1 repository's per-GPU file keyed by level) -> [Solution]."""
     if not os.path.exists(spec):
         raise TaskError(f"{spec}: no such solutions file or folder")
     sols = []
     if spec.endswith(".jsonl") or spec.endswith(".json"):
-        for i, r in _read_jsonl(spec):
+        for i, r in _records(spec):
+            if not isinstance(r, dict):
+                raise TaskError(f"{i}: a solution record is a JSON object, not {type(r).__name__}")
             lv = r.get("level", r.get("level_id"))
             pid = r.get("problem_id", r.get("task_id"))
             code = next((r[k] for k in ("custom_code", "code", "solution") if k in r), None)
             task = r.get("task") or r.get("name")
             if lv is None and task is None:
-                raise TaskError(f"{spec}:{i}: record names no task (level/problem_id or task)")
-            sols.append(Solution(None if _no_code(code) else code, f"{spec}:{i}", task,
+                raise TaskError(f"{i}: record names no task (level/problem_id or task)")
+            score = next((r[k] for k in _SCORES if isinstance(r.get(k), (int, float))), None)
+            sols.append(Solution(None if _no_code(code) else code, i, task,
                                  int(lv) if lv is not None else None,
                                  int(pid) if pid is not None else None,
-                                 None if _no_code(r.get("ref_code")) else r.get("ref_code")))
+                                 None if _no_code(r.get("ref_code")) else r.get("ref_code"),
+                                 float(score) if score is not None else None))
     elif os.path.isfile(spec):
         sols.append(_solution_file(spec, os.path.dirname(spec)))
     else:

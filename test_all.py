@@ -503,6 +503,23 @@ def test_evaluate_cli_writes_results(cache, tmp_path):
     assert bad.returncode != 0 and "no such solutions" in bad.stderr
 
 
+def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path, tasks):
+    """The CUDA-L1 repository's per-GPU file (one JSON object keyed by level) loads, and
+    records with a published score are reported beside our measurement."""
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    wrong = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    path = tmp_path / "h100.json"
+    path.write_text(json.dumps({"1": [dict(task_id=19, ref_code=tasks["gelu"].code, custom_code=seed, score=2.0),
+                                      dict(task_id=20, ref_code=tasks["gelu"].code, custom_code=wrong, score=5.0)]}))
+    sols = taskset.load_solutions(str(path))
+    assert [(s.level, s.problem_id, s.score) for s in sols] == [(1, 19, 2.0), (1, 20, 5.0)]
+    _, summary = evaluate.main([f"--solutions={path}", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
+                                "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"])
+    a = summary["audit"]
+    assert a["n"] == 2 and a["both"] == 1 and a["not_accepted"] == {"incorrect/mismatch": 1}
+    assert a["median_ratio"] == pytest.approx(a["rows"][0]["measured"] / 2.0)
+
+
 def test_reference_only_mode(cache, tasks):
     broken = taskset.Task("broken", "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
                           "        raise ValueError('boom')\ndef get_inputs():\n    return [torch.randn(3)]\n", "-")
