@@ -2,10 +2,10 @@
 rejection reasons.
 
     python evaluate.py --tasks builtin --solutions tasks/seeds/cpu
-    python evaluate.py --checkpoint out/small/sft --samples 4         # model mode: k samples per task
-    python evaluate.py --samples 4                                    # the untrained tiny model
-    python evaluate.py --samples 4 --checkpoint base,out/small/sft,out/small/selftrain,out/small/crl
-    python evaluate.py --samples 4 --checkpoint out/small/crl --exemplars_db out/small/crl/db.jsonl
+    python evaluate.py --config small --checkpoint out/small/sft --samples 4   # model mode: k samples per task
+    python evaluate.py --config small --samples 4                              # the untrained tiny model
+    python evaluate.py --config small --samples 4 --checkpoint base,out/small/sft,out/small/selftrain,out/small/crl
+    python evaluate.py --config small --samples 4 --checkpoint out/small/crl --exemplars_db out/small/crl/db.jsonl
     python evaluate.py --tasks builtin --solutions tasks/seeds/cuda --baseline compile
     python evaluate.py --tasks ../KernelBench/KernelBench/level1 --solutions runs/level1
     python evaluate.py --solutions cuda_l1_h100.jsonl      # records carry their own ref_code

@@ -44,9 +44,14 @@ class Database:
         self.index.setdefault((row["task_hash"], row["source_hash"]), row)
 
     def add(self, rows, write=True):
-        rows = [r for r in rows if (r["task_hash"], r["source_hash"]) not in self.index]
+        """Keep the rows whose variant is new (one per task and source, also within rows)
+        -> those rows."""
+        new = []
         for r in rows:
-            self._keep(r)
+            if (r["task_hash"], r["source_hash"]) not in self.index:
+                self._keep(r)
+                new.append(r)
+        rows = new
         if write and rows:
             common.append_jsonl(self.path, rows, fsync=True)
         return rows

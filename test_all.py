@@ -779,13 +779,14 @@ def test_database_drops_a_torn_line(tmp_path):
     row = dict(task="gelu", task_hash="t", source_hash="a", code="x", status="ok", speedup=1.5, step=1)
     db.add([row, dict(row, source_hash="b", speedup=0.5)])
     db.add([row])  # the same variant again is not stored twice
+    assert len(db.add([dict(row, source_hash="d"), dict(row, source_hash="d")])) == 1  # nor twice in one step
     with open(tmp_path / "db.jsonl", "a") as f:
         f.write('{"task": "gelu", "task_ha')  # a kill mid-write
     again = exemplars.Database(str(tmp_path / "db.jsonl"))
-    assert [r["source_hash"] for r in again.rows] == ["a", "b"]
-    assert again.lookup("t", "b")["speedup"] == 0.5 and len(again.successes("gelu")) == 2
+    assert [r["source_hash"] for r in again.rows] == ["a", "b", "d"]
+    assert again.lookup("t", "b")["speedup"] == 0.5 and len(again.successes("gelu")) == 3
     again.add([dict(row, source_hash="c")])  # appends after the cut, not glued to the torn line
-    assert [r["source_hash"] for r in exemplars.Database(str(tmp_path / "db.jsonl")).rows] == ["a", "b", "c"]
+    assert [r["source_hash"] for r in exemplars.Database(str(tmp_path / "db.jsonl")).rows] == ["a", "b", "d", "c"]
 
 
 # ---------------------------------------------------------------------------- the stages end to end (CPU)
