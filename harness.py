@@ -16,16 +16,15 @@ import os
 import re
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 import traceback
-import types
 import warnings
 
 import torch
 
 import correctness
+import guards
 import kernels
 import timing
 from correctness import tensors
@@ -74,136 +73,6 @@ def _import_code(code, modname, path):
     return mod
 
 
-def _flag_table():
-    """Global settings a candidate might change: name -> (read, write or None). Captured when
-    the worker starts, before any candidate can patch the functions."""
-    b = torch.backends
-
-    def attr(obj, name):
-        return (lambda: getattr(obj, name)), (lambda v: setattr(obj, name, v))
-    return dict(  # matmul_precision before matmul_tf32: setting the first sets the second too
-        matmul_precision=(torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
-        matmul_tf32=attr(b.cuda.matmul, "allow_tf32"), cudnn_tf32=attr(b.cudnn, "allow_tf32"),
-        cudnn_enabled=attr(b.cudnn, "enabled"), cudnn_benchmark=attr(b.cudnn, "benchmark"),
-        cudnn_deterministic=attr(b.cudnn, "deterministic"),
-        fp16_reduced=attr(b.cuda.matmul, "allow_fp16_reduced_precision_reduction"),
-        bf16_reduced=attr(b.cuda.matmul, "allow_bf16_reduced_precision_reduction"),
-        deterministic=(torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
-        mkldnn=attr(b.mkldnn, "enabled"),
-        default_dtype=((lambda get=torch.get_default_dtype: str(get())), None),
-        threads=(torch.get_num_threads, None))
-
-
-_FLAGS = _flag_table()
-# The flag policy (README, "How a candidate is judged"): whatever a candidate sets applies to
-# its own calls only and is undone after each; numerics flags (TF32, matmul precision) are
-# then judged by the float64 comparison. Speed-only flags also apply to the reference while
-# timing, so they earn nothing by themselves. The harness's own conditions are fixed.
-SPEED_FLAGS = ("cudnn_benchmark",)
-FIXED_FLAGS = ("default_dtype", "threads")
-
-
-def _read_flags():
-    with warnings.catch_warnings():  # the TF32 attributes warn about a newer API
-        warnings.simplefilter("ignore")
-        return {k: get() for k, (get, _) in _FLAGS.items()}
-
-
-def _write_flags(values):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for k, (get, put) in _FLAGS.items():
-            if put is not None and k in values and get() != values[k]:
-                put(values[k])
-
-
-_INHERITED = object()  # a class attribute found on a base class, not on the class itself
-
-
-def _snapshot(objs):
-    """Identity of every callable attribute of the given objects: the harness's clocks,
-    synchronisation, comparisons, torch's namespace and the reference module. For a class,
-    the names it inherits too: defining one on the class later shadows the base's."""
-    snap = {}
-    for label, obj in objs:
-        for k, v in list(vars(obj).items()):
-            if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
-                snap[(label, k)] = (obj, v)
-        if isinstance(obj, type):
-            for k in dir(obj):
-                if k not in vars(obj) and callable(getattr(obj, k, None)):
-                    snap[(label, k)] = (obj, _INHERITED)
-    return snap
-
-
-def _torch_wrapper(new, old):
-    """True when `new` is torch's own wrapper around `old`, as torch.compile installs on first
-    use (torch.manual_seed, nn.Module.__init__): torch's code, holding the original."""
-    code = getattr(new, "__code__", None)
-    if code is None or not os.path.abspath(code.co_filename).startswith(_TORCH_DIR):
-        return False
-    held = [c.cell_contents for c in (new.__closure__ or ()) if c.cell_contents is not None]
-    return getattr(new, "__wrapped__", None) is old or any(h is old for h in held)
-
-
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-
-
-def _patched(snap):
-    return [f"{label}.{k}" for (label, k), (obj, v) in snap.items()
-            if vars(obj).get(k, _INHERITED) is not v and not _torch_wrapper(vars(obj).get(k), v)]
-
-
-class _Counted:
-    """A torch extension module (load_inline, load) whose functions count their calls."""
-
-    def __init__(self, mod):
-        object.__setattr__(self, "_mod", mod)
-
-    def __getattr__(self, name):
-        v = getattr(self._mod, name)
-        if not callable(v) or isinstance(v, type):
-            return v
-
-        def counted(*args, **kwargs):
-            kernels.KERNEL_CALLS[0] += 1
-            return v(*args, **kwargs)
-        return counted
-
-
-def _count_torch_extensions():
-    """Make KernelBench-style extensions count toward kernel_calls, like load_cuda's."""
-    import torch.utils.cpp_extension as cx
-
-    def wrap(fn):
-        def loader(*args, **kwargs):
-            m = fn(*args, **kwargs)
-            return _Counted(m) if isinstance(m, types.ModuleType) else m
-        return loader
-    cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
-
-
-_PATHS = sysconfig.get_paths()
-_LIBRARIES = tuple({os.path.join(_PATHS[k], "") for k in ("purelib", "platlib")} | {_TORCH_DIR})
-
-
-def _track_thread_origins():
-    """Mark each thread with who started it: the first caller outside the standard library
-    (threading, concurrent.futures, ...) in an installed package (torch.compile's compile
-    workers, tqdm's monitor) or in the candidate's own code. Only the candidate's threads
-    count as background work."""
-    start = threading.Thread.start
-
-    def tracked(thread, *args, **kwargs):
-        f = sys._getframe(1)
-        while f is not None and f.f_code.co_filename.startswith(_PATHS["stdlib"]) and \
-                not f.f_code.co_filename.startswith(_LIBRARIES):
-            f = f.f_back
-        thread._started_by_library = f is not None and f.f_code.co_filename.startswith(_LIBRARIES)
-        return start(thread, *args, **kwargs)
-    threading.Thread.start = tracked
-
-
 FENCE = 16384  # elements of NaN on each side of a fenced input (64 KB of fp32: alignment kept)
 
 
@@ -241,6 +110,10 @@ class Harness:
         # What the verdict reports beyond its status: task flags, notes for the message,
         # calls into compiled kernels, the worst error and its tolerance.
         self.flags, self.notes, self.calls, self.max_err, self.tol = [], [], 0, None, None
+        # Deadlines: each candidate call (with its synchronize) gets call_limit seconds, told
+        # to the Evaluator through notify; None until the reference's time is known.
+        self.notify = job.get("notify") or (lambda seconds: None)
+        self.call_limit, self.in_call = None, False
         # Fixed for reference and candidate alike: no TF32 unless lowered precision is
         # allowed, so an fp32 task is checked and timed as fp32.
         with warnings.catch_warnings():
@@ -320,16 +193,16 @@ class Harness:
         """Run candidate code under the flags it has set so far; afterwards keep what it
         changed as its own and put the harness's flags back."""
         self.applied = {**self.flags0, **self.own_flags}
-        _write_flags(self.applied)
+        guards.write_flags(self.applied)
         try:
             yield
         finally:
-            now = _read_flags()
+            now = guards.read_flags()
             self.own_flags.update({k: v for k, v in now.items() if v != self.applied[k]})
             self.own_flags = {k: v for k, v in self.own_flags.items() if v != self.flags0[k]}
-            _write_flags(self.flags0)
+            guards.write_flags(self.flags0)
             self.applied = self.flags0
-        fixed = [k for k in FIXED_FLAGS if k in self.own_flags]
+        fixed = [k for k in guards.FIXED_FLAGS if k in self.own_flags]
         if fixed:
             raise Reject("rejected", "global_flag", "candidate changed the harness's " + "; ".join(
                 f"{k}: {self.flags0[k]} -> {self.own_flags[k]}" for k in fixed) + f" (during {where})")
@@ -338,13 +211,50 @@ class Harness:
     def reference_flags(self):
         """The reference while timing: the harness's flags plus the speed-only ones the
         candidate set, so that a flag alone earns no speedup."""
-        self.applied = {**self.flags0, **{k: v for k, v in self.own_flags.items() if k in SPEED_FLAGS}}
-        _write_flags(self.applied)
+        self.applied = {**self.flags0, **{k: v for k, v in self.own_flags.items() if k in guards.SPEED_FLAGS}}
+        guards.write_flags(self.applied)
         try:
             yield
         finally:
-            _write_flags(self.flags0)
+            guards.write_flags(self.flags0)
             self.applied = self.flags0
+
+    # -- deadlines ---------------------------------------------------------------------
+    def set_call_limit(self, ref, xs):
+        """A candidate call may take call_timeout_factor times the reference's warm call, and
+        never less than call_timeout; then a watchdog starts (see calling)."""
+        self.sync()
+        t0 = self.clock()
+        ref(*xs)
+        self.sync()
+        ms = (self.clock() - t0) * 1e3
+        self.call_limit = max(self.cfg["call_timeout"], self.cfg["call_timeout_factor"] * ms / 1e3)
+        main = threading.main_thread().ident
+
+        def watch():  # torch.compile (or triton) compiling inside a call is work, not a hang
+            while True:
+                time.sleep(0.5)
+                f = sys._current_frames().get(main)
+                while self.in_call and f is not None:
+                    if f.f_code.co_filename.startswith(guards.COMPILERS):
+                        self.notify(self.call_limit)
+                        break
+                    f = f.f_back
+        threading.Thread(target=watch, name="harness-watchdog", daemon=True).start()
+
+    @contextlib.contextmanager
+    def calling(self):
+        """Candidate code running (a forward and its synchronize): its own deadline."""
+        if self.call_limit is None:
+            yield
+            return
+        self.notify(self.call_limit)
+        self.in_call = True
+        try:
+            yield
+        finally:
+            self.in_call = False
+            self.notify(None)
 
     def forward(self, new, xs, where):
         """One call of the candidate under its flags, its kernel calls counted."""
@@ -361,17 +271,17 @@ class Harness:
 
     # -- the candidate -----------------------------------------------------------------
     def load_candidate(self):
-        _count_torch_extensions()
-        _track_thread_origins()
-        self.flags0 = self.applied = _read_flags()
+        guards.count_torch_extensions()
+        guards.track_thread_origins()
+        self.flags0 = self.applied = guards.read_flags()
         self.threads0 = {t.ident for t in threading.enumerate()}
-        self.snap = _snapshot([
+        self.snap = guards.snapshot([
             ("torch", torch), ("torch.Tensor", torch.Tensor), ("TensorBase", torch._C.TensorBase),
             ("F", torch.nn.functional), ("torch.cuda", torch.cuda), ("Event", torch.cuda.Event),
             ("Stream", torch.cuda.Stream), ("nn.Module", torch.nn.Module),
             ("time", sys.modules["time"]), ("torch.testing", torch.testing),
             ("task", self.task), ("Model", self.task.Model), ("harness", sys.modules[__name__]),
-            ("correctness", correctness), ("timing", timing), ("kernels", kernels),
+            ("correctness", correctness), ("timing", timing), ("guards", guards), ("kernels", kernels),
             # the way the verdict travels back to the Evaluator
             ("Connection", multiprocessing.connection.Connection),
             ("ForkingPickler", multiprocessing.reduction.ForkingPickler)])
@@ -414,11 +324,11 @@ class Harness:
 
     def integrity(self, where):
         """Every hack class that leaves a trace outside the output, checked after each phase."""
-        bad = _patched(self.snap)
+        bad = guards.patched(self.snap)
         if bad:
             raise Reject("rejected", "harness_patched",
                          f"candidate replaced {', '.join(sorted(bad)[:5])} (during {where})")
-        flags = _read_flags()  # outside its own calls (a thread of the candidate, say)
+        flags = guards.read_flags()  # outside its own calls (a thread of the candidate, say)
         changed = [f"{k}: {self.flags0[k]} -> {flags[k]}" for k in flags if flags[k] != self.flags0[k]]
         if changed:
             raise Reject("rejected", "global_flag", f"candidate changed {'; '.join(changed)} outside its calls "
@@ -482,14 +392,15 @@ def run_checks(h):
             clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
             correctness.poison(h.out_specs, h.dev)
             where = f"seed {s}, input set {k}"
-            out = h.forward(new, xs, where)
-            try:
-                snap = [t.clone() for t in tensors(out)]  # what the caller's stream sees now
-                h.sync()
-                if not h.cuda:
-                    time.sleep(0.005)
-            except Exception as e:  # an asynchronous CUDA error shows here
-                raise classify(e, "ModelNew.forward") from e
+            with h.calling():
+                out = h.forward(new, xs, where)
+                try:
+                    snap = [t.clone() for t in tensors(out)]  # what the caller's stream sees now
+                    h.sync()
+                    if not h.cuda:
+                        time.sleep(0.005)
+                except Exception as e:  # an asynchronous CUDA error shows here
+                    raise classify(e, "ModelNew.forward") from e
             if any(not correctness.same_bits(a, b) for a, b in zip(snap, tensors(out))):
                 raise Reject("rejected", "side_stream" if h.cuda else "background_work",
                              "output changed after forward returned: work left running on an "
@@ -578,11 +489,12 @@ def check_after_timing(h, ref, new, ref64):
     checked (counting calls, say) is caught here."""
     xs = h.inputs(h.job["seed"] + 999, fenced=True)
     correctness.poison(h.out_specs, h.dev)
-    out = h.forward(new, xs, "after timing")
-    try:
-        h.sync()
-    except Exception as e:
-        raise classify(e, "ModelNew.forward after timing") from e
+    with h.calling():
+        out = h.forward(new, xs, "after timing")
+        try:
+            h.sync()
+        except Exception as e:
+            raise classify(e, "ModelNew.forward after timing") from e
     r32, r64, _ = correctness.reference_outputs(ref, ref64, xs)
     correctness.compare(out, r32, r64, h.cfg["allow_lowp"], "check after timing")
 
@@ -601,6 +513,7 @@ def run_job(job):
             if cfg["baseline"] == "compile":
                 torch.compile(ref)(*xs)  # dynamo wraps torch functions on first use: do it before the snapshot
                 h.sync()
+            h.set_call_limit(ref, xs)
             del ref, out, xs
         except Exception as e:
             return dict(status="task_error", reason="reference_failed",

@@ -367,6 +367,23 @@ class _Running:
     def __init__(self, kind, item, proc, conn, deadline, slot, log):
         self.kind, self.item, self.proc, self.conn = kind, item, proc, conn
         self.deadline, self.slot, self.log, self.start = deadline, slot, log, _now()
+        self.job_deadline, self.call_limit, self.result = deadline, None, None
+
+    def receive(self):
+        """Read what the worker sent: its result, or a deadline for the candidate call it is
+        entering (("call", seconds)) or leaving (("call", None)). -> True once it is done."""
+        try:
+            while self.conn.poll():
+                msg = self.conn.recv()
+                if isinstance(msg, tuple) and msg[0] == "call":
+                    self.call_limit = msg[1]
+                    self.deadline = self.job_deadline if msg[1] is None else min(self.job_deadline, _now() + msg[1])
+                else:
+                    self.result = msg
+                    return True
+        except (EOFError, OSError):  # the worker died; its exit code tells the rest
+            return True
+        return False
 
 
 def _now():
@@ -527,14 +544,14 @@ class Evaluator:
         if timed_out:
             self._kill(r)
             limit = self.cfg["compile_timeout"] if r.kind == "compile" else self.cfg["run_timeout"]
-            res = dict(status="timeout", reason="timeout", message=f"no result within {limit:.0f} s "
-                       f"({'compiling' if r.kind == 'compile' else 'checking and timing'})",
-                       log=trim_log(_tail(r.log)))
+            message = f"no result within {limit:.0f} s ({'compiling' if r.kind == 'compile' else 'checking and timing'})"
+            if r.deadline < r.job_deadline:  # inside a candidate call
+                message = (f"a call of the candidate (with its synchronize) ran over {r.call_limit:.1f} s, "
+                           f"{self.cfg['call_timeout_factor']:.0f}x the reference's time or "
+                           f"{self.cfg['call_timeout']:.0f} s: a hang, or far too slow")
+            res = dict(status="timeout", reason="timeout", message=message, log=trim_log(_tail(r.log)))
         else:
-            try:
-                res = r.conn.recv()
-            except (EOFError, OSError):
-                pass
+            res = r.result
             r.proc.join(30)
             if r.proc.exitcode is None:
                 self._kill(r)
@@ -639,7 +656,9 @@ class Evaluator:
                 wait = max(0.0, min(r.deadline for r in active) - _now()) if active else 0
                 ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active], timeout=wait)
                 for r in list(active):
-                    done = r.conn in ready or r.proc.sentinel in ready
+                    done = (r.conn in ready and r.receive()) or r.proc.sentinel in ready
+                    if r.proc.sentinel in ready and r.result is None:
+                        r.receive()  # a result sent just before the exit
                     if not done and _now() < r.deadline:
                         continue
                     active.remove(r)

@@ -103,8 +103,8 @@ def test_every_script_answers_help(script, capsys):
 # Library modules in import order: each imports only modules before it (kernels starts the
 # workers in worker.py, importing it when an Evaluator is built: the one exception). Stages
 # import library modules and earlier stages; evaluate.py and bench.py import no stage.
-LIBRARY = ["config", "prompts", "taskset", "kernels", "correctness", "timing", "harness", "worker", "policy", "common",
-           "exemplars", "grpo"]
+LIBRARY = ["config", "prompts", "taskset", "kernels", "correctness", "timing", "guards", "harness", "worker", "policy",
+           "common", "exemplars", "grpo"]
 STAGES = ["sft", "selftrain", "crl"]
 
 
@@ -137,7 +137,7 @@ def test_imports_point_one_way_and_files_stay_short():
 def test_workers_and_candidates_import_no_transformers():
     """The forkserver preloads worker.py (and with it harness.py, timing.py, kernels.py);
     candidates import kernels. None may pull in transformers, or every worker would pay for it."""
-    code = "import sys, worker, harness, timing, kernels, taskset; print(sorted(m for m in sys.modules if m.startswith('transformers')))"
+    code = "import sys, worker, harness, guards, timing, kernels, taskset; print(sorted(m for m in sys.modules if m.startswith('transformers')))"
     r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 

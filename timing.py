@@ -6,6 +6,7 @@ call, a device-wide synchronize before the end mark, a pool of fresh input sets,
 interleaved in random order, the median of each round, more rounds while rounds disagree,
 and a longer re-measure for implausible speedups.
 """
+import contextlib
 import random
 
 import torch
@@ -41,7 +42,8 @@ def run_timing(h, ref, new):
         step[0] += 1
         flush.zero_()
         h.sync()
-        with h.reference_flags() if fn is ref_fn else h.candidate_flags("timing"):
+        with h.reference_flags() if fn is ref_fn else h.candidate_flags("timing"), \
+                contextlib.nullcontext() if fn is ref_fn else h.calling():
             if h.cuda:
                 ev0.record()
                 fn(*xs)

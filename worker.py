@@ -12,6 +12,7 @@ import pickle
 import resource
 import struct
 import sys
+import threading
 import traceback
 
 import torch
@@ -43,6 +44,7 @@ def standby_main(conn, env, cores):
 # goes back through these, so a candidate that patches multiprocessing's Connection or
 # pickler (rejected as harness_patched) cannot rewrite the verdict on its way out.
 _DUMPS, _PACK, _WRITE, _EXIT = pickle.dumps, struct.pack, os.write, os._exit
+_LOCK = threading.Lock()  # the harness's watchdog thread sends too
 
 
 def _send(conn, obj):
@@ -51,8 +53,9 @@ def _send(conn, obj):
     data = _DUMPS(obj, protocol=pickle.HIGHEST_PROTOCOL)
     data = _PACK("!i", len(data)) + data
     fd = conn.fileno()
-    while data:
-        data = data[_WRITE(fd, data):]
+    with _LOCK:
+        while data:
+            data = data[_WRITE(fd, data):]
 
 
 def child_main(kind, conn, job):
@@ -71,6 +74,9 @@ def child_main(kind, conn, job):
         # a candidate asking for terabytes gets an error, not the machine's OOM killer
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         resource.setrlimit(resource.RLIMIT_AS, (ram, ram))
+    # the harness tells the Evaluator when a candidate call starts and ends, so a hang inside
+    # one is stopped after that call's deadline instead of the whole job's
+    job["notify"] = lambda seconds: _send(conn, ("call", seconds))
     try:
         if job["backend"] == "cpu" and kind == "run":
             _cpu_worker_setup(job)

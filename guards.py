@@ -1,0 +1,147 @@
+"""What the harness watches inside an evaluator worker, set up before any candidate runs:
+global flags (read and written through functions captured here), identity snapshots of
+callables, torch's own wrappers told apart from tampering, the origin of each thread, and
+calls into compiled kernels counted. Helpers only: candidate code runs in harness.py.
+"""
+import os
+import sys
+import sysconfig
+import threading
+import types
+import warnings
+
+import torch
+
+import kernels
+
+
+def flag_table():
+    """Global settings a candidate might change: name -> (read, write or None). Captured when
+    the worker starts, before any candidate can patch the functions."""
+    b = torch.backends
+
+    def attr(obj, name):
+        return (lambda: getattr(obj, name)), (lambda v: setattr(obj, name, v))
+    return dict(  # matmul_precision before matmul_tf32: setting the first sets the second too
+        matmul_precision=(torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+        matmul_tf32=attr(b.cuda.matmul, "allow_tf32"), cudnn_tf32=attr(b.cudnn, "allow_tf32"),
+        cudnn_enabled=attr(b.cudnn, "enabled"), cudnn_benchmark=attr(b.cudnn, "benchmark"),
+        cudnn_deterministic=attr(b.cudnn, "deterministic"),
+        fp16_reduced=attr(b.cuda.matmul, "allow_fp16_reduced_precision_reduction"),
+        bf16_reduced=attr(b.cuda.matmul, "allow_bf16_reduced_precision_reduction"),
+        deterministic=(torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
+        mkldnn=attr(b.mkldnn, "enabled"),
+        default_dtype=((lambda get=torch.get_default_dtype: str(get())), None),
+        threads=(torch.get_num_threads, None))
+
+
+FLAGS = flag_table()
+# The flag policy (README, "How a candidate is judged"): whatever a candidate sets applies to
+# its own calls only and is undone after each; numerics flags (TF32, matmul precision) are
+# then judged by the float64 comparison. Speed-only flags also apply to the reference while
+# timing, so they earn nothing by themselves. The harness's own conditions are fixed.
+SPEED_FLAGS = ("cudnn_benchmark",)
+FIXED_FLAGS = ("default_dtype", "threads")
+
+
+def read_flags():
+    with warnings.catch_warnings():  # the TF32 attributes warn about a newer API
+        warnings.simplefilter("ignore")
+        return {k: get() for k, (get, _) in FLAGS.items()}
+
+
+def write_flags(values):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k, (get, put) in FLAGS.items():
+            if put is not None and k in values and get() != values[k]:
+                put(values[k])
+
+
+INHERITED = object()  # a class attribute found on a base class, not on the class itself
+
+
+def snapshot(objs):
+    """Identity of every callable attribute of the given objects: the harness's clocks,
+    synchronisation, comparisons, torch's namespace and the reference module. For a class,
+    the names it inherits too: defining one on the class later shadows the base's."""
+    snap = {}
+    for label, obj in objs:
+        for k, v in list(vars(obj).items()):
+            if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
+                snap[(label, k)] = (obj, v)
+        if isinstance(obj, type):
+            for k in dir(obj):
+                if k not in vars(obj) and callable(getattr(obj, k, None)):
+                    snap[(label, k)] = (obj, INHERITED)
+    return snap
+
+
+def torch_wrapper(new, old):
+    """True when `new` is torch's own wrapper around `old`, as torch.compile installs on first
+    use (torch.manual_seed, nn.Module.__init__): torch's code, holding the original."""
+    code = getattr(new, "__code__", None)
+    if code is None or not os.path.abspath(code.co_filename).startswith(TORCH_DIR):
+        return False
+    held = [c.cell_contents for c in (new.__closure__ or ()) if c.cell_contents is not None]
+    return getattr(new, "__wrapped__", None) is old or any(h is old for h in held)
+
+
+TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def patched(snap):
+    return [f"{label}.{k}" for (label, k), (obj, v) in snap.items()
+            if vars(obj).get(k, INHERITED) is not v and not torch_wrapper(vars(obj).get(k), v)]
+
+
+class Counted:
+    """A torch extension module (load_inline, load) whose functions count their calls."""
+
+    def __init__(self, mod):
+        object.__setattr__(self, "_mod", mod)
+
+    def __getattr__(self, name):
+        v = getattr(self._mod, name)
+        if not callable(v) or isinstance(v, type):
+            return v
+
+        def counted(*args, **kwargs):
+            kernels.KERNEL_CALLS[0] += 1
+            return v(*args, **kwargs)
+        return counted
+
+
+def count_torch_extensions():
+    """Make KernelBench-style extensions count toward kernel_calls, like load_cuda's."""
+    import torch.utils.cpp_extension as cx
+
+    def wrap(fn):
+        def loader(*args, **kwargs):
+            m = fn(*args, **kwargs)
+            return Counted(m) if isinstance(m, types.ModuleType) else m
+        return loader
+    cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
+
+
+COMPILERS = tuple(os.path.join(TORCH_DIR, d, "") for d in ("_dynamo", "_inductor")) + tuple(
+    os.path.join(p, "triton", "") for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+PATHS = sysconfig.get_paths()
+LIBRARIES = tuple({os.path.join(PATHS[k], "") for k in ("purelib", "platlib")} | {TORCH_DIR})
+
+
+def track_thread_origins():
+    """Mark each thread with who started it: the first caller outside the standard library
+    (threading, concurrent.futures, ...) in an installed package (torch.compile's compile
+    workers, tqdm's monitor) or in the candidate's own code. Only the candidate's threads
+    count as background work."""
+    start = threading.Thread.start
+
+    def tracked(thread, *args, **kwargs):
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename.startswith(PATHS["stdlib"]) and \
+                not f.f_code.co_filename.startswith(LIBRARIES):
+            f = f.f_back
+        thread._started_by_library = f is not None and f.f_code.co_filename.startswith(LIBRARIES)
+        return start(thread, *args, **kwargs)
+    threading.Thread.start = tracked
