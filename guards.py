@@ -124,9 +124,9 @@ def count_torch_extensions():
     cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
 
 
-COMPILERS = tuple(os.path.join(TORCH_DIR, d, "") for d in ("_dynamo", "_inductor")) + tuple(
-    os.path.join(p, "triton", "") for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
 PATHS = sysconfig.get_paths()
+COMPILERS = tuple(os.path.join(TORCH_DIR, d, "") for d in ("_dynamo", "_inductor")) + tuple(
+    os.path.join(PATHS[k], "triton", "") for k in ("purelib", "platlib"))
 LIBRARIES = tuple({os.path.join(PATHS[k], "") for k in ("purelib", "platlib")} | {TORCH_DIR})
 
 

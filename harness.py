@@ -256,18 +256,24 @@ class Harness:
             self.in_call = False
             self.notify(None)
 
-    def forward(self, new, xs, where):
-        """One call of the candidate under its flags, its kernel calls counted."""
+    def forward(self, new, xs, where, snapshot=False):
+        """One call of the candidate under its flags and its call deadline, synchronized, its
+        kernel calls counted -> out, or with snapshot (out, copies of its tensors taken before
+        the synchronize: what the caller's stream saw when forward returned)."""
+        label = "ModelNew.forward after timing" if where == "after timing" else "ModelNew.forward"
         before = kernels.KERNEL_CALLS[0]
-        try:
-            with self.candidate_flags(f"ModelNew.forward, {where}"):
-                out = new(*xs)
-        except Reject:
-            raise
-        except Exception as e:
-            raise classify(e, "ModelNew.forward after timing" if where == "after timing" else "ModelNew.forward") from e
+        with self.calling():
+            try:
+                with self.candidate_flags(f"ModelNew.forward, {where}"):
+                    out = new(*xs)
+                snap = [t.clone() for t in tensors(out)] if snapshot else None
+                self.sync()  # an asynchronous CUDA error shows here
+            except Reject:
+                raise
+            except Exception as e:
+                raise classify(e, label) from e
         self.calls += kernels.KERNEL_CALLS[0] - before
-        return out
+        return (out, snap) if snapshot else out
 
     # -- the candidate -----------------------------------------------------------------
     def load_candidate(self):
@@ -392,15 +398,9 @@ def run_checks(h):
             clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
             correctness.poison(h.out_specs, h.dev)
             where = f"seed {s}, input set {k}"
-            with h.calling():
-                out = h.forward(new, xs, where)
-                try:
-                    snap = [t.clone() for t in tensors(out)]  # what the caller's stream sees now
-                    h.sync()
-                    if not h.cuda:
-                        time.sleep(0.005)
-                except Exception as e:  # an asynchronous CUDA error shows here
-                    raise classify(e, "ModelNew.forward") from e
+            out, snap = h.forward(new, xs, where, snapshot=True)
+            if not h.cuda:
+                time.sleep(0.005)
             if any(not correctness.same_bits(a, b) for a, b in zip(snap, tensors(out))):
                 raise Reject("rejected", "side_stream" if h.cuda else "background_work",
                              "output changed after forward returned: work left running on an "
@@ -489,12 +489,7 @@ def check_after_timing(h, ref, new, ref64):
     checked (counting calls, say) is caught here."""
     xs = h.inputs(h.job["seed"] + 999, fenced=True)
     correctness.poison(h.out_specs, h.dev)
-    with h.calling():
-        out = h.forward(new, xs, "after timing")
-        try:
-            h.sync()
-        except Exception as e:
-            raise classify(e, "ModelNew.forward after timing") from e
+    out = h.forward(new, xs, "after timing")
     r32, r64, _ = correctness.reference_outputs(ref, ref64, xs)
     correctness.compare(out, r32, r64, h.cfg["allow_lowp"], "check after timing")
 
