@@ -1,9 +1,18 @@
-"""Evaluator benchmarks: throughput and timing stability. Prints tables; never a test.
+"""Benchmarks of the evaluator and of the policy. Prints tables; never a test.
 
     python bench.py --what=throughput          # seeds of this backend, cold then warm cache
     python bench.py --what=stability           # the same candidates in two separate runs
     python bench.py --what=all --backend=cuda --solutions=tasks/seeds/cuda
     python bench.py --what=gpus --backend=cuda  # evaluator throughput on 1 GPU vs all GPUs
+    python bench.py --what=policy --shapes=1.5b,7b --modes=full,lora    # one GPU
+    torchrun --nproc_per_node=2 bench.py --what=policy --shapes=7b --modes=fsdp
+
+Policy: for each model shape (random weights in Qwen2.5 shapes, nothing downloaded) and
+training mode (full fine-tuning, LoRA, FSDP2 under torchrun), one Stage 3 step's work:
+sampling bench_prompts x crl_samples replies of max_new_tokens (random weights rarely
+emit EOS, so every reply runs to the cap: the worst case) and the GRPO update on them;
+sampling tokens/s (the first call, which captures the CUDA graphs, and a second one),
+update seconds, and peak GPU memory in each phase.
 
 Throughput: unique candidates fully evaluated (compiled, checked, timed) per minute with
 the configured workers, build latency per candidate, the cost of a build-cache hit, and
@@ -183,9 +192,88 @@ def gpu_scaling(cfg, pairs):
     return out
 
 
+def policy_bench(cfg):
+    """The table of the module docstring; -> its rows."""
+    import torch
+    import common
+    import grpo
+    import policy
+    import prompts
+    import sampler
+    rank, world, cfg = common.dist_setup(cfg)
+    cuda = torch.cuda.is_available() and cfg["device"] != "cpu"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    peak = (lambda: torch.cuda.max_memory_allocated() / 2**30) if cuda else (lambda: float("nan"))
+    tasks = taskset.load_tasks("builtin")[:cfg["bench_prompts"]]
+    msgs = [prompts.task_prompt(t.code, "cuda") for t in tasks]
+    rows = []
+    say = print if rank == 0 else (lambda *a, **k: None)
+    say(f"\npolicy: {len(msgs)} prompts x {cfg['crl_samples']} samples x {cfg['max_new_tokens']} new tokens, "
+        f"gen_batch {cfg['gen_batch']}, crl_micro_batch {cfg['crl_micro_batch']}, beta {cfg['beta']}, world {world}")
+    say(f"{'shape':6s} {'mode':5s} {'params':>7s} {'train':>7s} {'tok/s 1st':>9s} {'tok/s':>7s} {'GB sample':>9s} "
+        f"{'update s':>8s} {'GB update':>9s}")
+    for shape in [x.strip() for x in cfg["shapes"].split(",") if x.strip()]:
+        for mode in [x.strip() for x in cfg["modes"].split(",") if x.strip()]:
+            if (mode == "fsdp") != (world > 1):
+                continue  # fsdp runs under torchrun, the others on one process
+            c = dict(cfg, model=f"random:{shape}", lora_rank=cfg["lora_rank"] or 64 if mode == "lora" else 0,
+                     fsdp=mode == "fsdp", temperature=cfg["crl_temperature"])
+            row = dict(shape=shape, mode=mode)
+            model = smp = ref = opt = None
+            try:
+                if cuda:
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                model, tok = policy.load(c, train=True)
+                model = policy.prepare(model, c, world)
+                row["params"] = policy.count_params(model)
+                row["trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+                smp = sampler.Sampler(policy.unwrap(model), c)
+                for key in ("tok_s_first", "tok_s"):
+                    sync()
+                    t0 = time.time()
+                    outs = policy.generate(smp, tok, msgs, c, n=c["crl_samples"], progress=False)
+                    sync()
+                    row[key] = sum(len(s.ids) for g in outs for s in g) / (time.time() - t0)
+                row["gb_sample"] = peak()
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                ref = policy.reference(c, model, c["model"])
+                opt = common.optimizer(model, 1e-6, c)
+                gen = torch.Generator().manual_seed(0)
+                rollouts = [grpo.Rollout(s.prompt_ids, s.ids, float(torch.randn(1, generator=gen)))
+                            for g in outs for s in g]
+                sync()
+                t0 = time.time()
+                grpo.train_step(c, model, ref, opt, tok, rollouts, world)
+                sync()
+                row["update_s"] = time.time() - t0
+                row["gb_update"] = peak()
+            except torch.OutOfMemoryError:
+                row["oom"] = True
+            del model, smp, ref, opt
+            rows.append(row)
+            f = lambda k, spec: format(row[k], spec) if k in row else ("OOM" if row.get("oom") else "-")
+            say(f"{shape:6s} {mode:5s} {f('params', '7.2e')} {f('trainable', '7.2e')} {f('tok_s_first', '9.0f')} "
+                f"{f('tok_s', '7.0f')} {f('gb_sample', '9.1f')} {f('update_s', '8.1f')} {f('gb_update', '9.1f')}",
+                flush=True)
+    common.dist_teardown(world)
+    return rows
+
+
 def run(cfg):
+    if cfg["what"] == "policy":
+        import torch
+        dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"{os.cpu_count()}-core CPU"
+        res = dict(device=dev, torch=torch.__version__, config=cfg, rows=policy_bench(cfg))
+        if int(os.environ.get("RANK", "0")) == 0:
+            path = os.path.join(cfg["out"], "bench", f"policy-{os.environ.get('WORLD_SIZE', '1')}gpu.json")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            json.dump(res, open(path, "w"), indent=1)
+            print(f"results: {path}")
+        return
     if cfg["what"] not in ("throughput", "stability", "all", "gpus"):
-        raise ValueError(f"--what is throughput, stability, all or gpus, not {cfg['what']!r}")
+        raise ValueError(f"--what is throughput, stability, all, gpus or policy, not {cfg['what']!r}")
     backend = kernels.pick_backend(cfg["backend"])
     cfg["backend"] = backend
     pairs = seed_pairs(cfg, backend)

@@ -69,11 +69,20 @@ def all_gather(obj, world):
 
 
 def all_reduce_grads(model, world):
-    """Sum gradients over ranks: each rank's loss is already divided by the global normaliser."""
+    """Sum gradients over ranks: each rank's loss is already divided by the global normaliser.
+    FSDP2 (policy.Sharded) has reduced them in backward already, as a mean: scale it back
+    to the sum (a divide factor of 1 would need PREMUL_SUM, which gloo lacks)."""
     if world == 1:
+        return
+    if isinstance(model, policy.Sharded):
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(world)
         return
     import torch.distributed as dist
     for p in model.parameters():
+        if not p.requires_grad:  # LoRA's frozen base
+            continue
         if p.grad is None:  # a rank whose groups were all skipped still joins every all_reduce
             p.grad = torch.zeros_like(p)
         dist.all_reduce(p.grad)
@@ -125,9 +134,14 @@ def start_stage(cfg, stage, write_config=True):
 
 def optimizer(model, lr, cfg, state=None):
     """AdamW as every stage builds it, resumed from state["optimizer"] when there is one."""
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg["weight_decay"], betas=(0.9, 0.95))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
+                            weight_decay=cfg["weight_decay"], betas=(0.9, 0.95))
     if state and state.get("optimizer"):
-        opt.load_state_dict(state["optimizer"])
+        if isinstance(model, policy.Sharded):  # a full (gathered) state, each rank keeps its shards
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+            set_optimizer_state_dict(model, opt, state["optimizer"], options=StateDictOptions(full_state_dict=True))
+        else:
+            opt.load_state_dict(state["optimizer"])
     return opt
 
 

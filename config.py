@@ -49,7 +49,7 @@ SETTINGS = {
         time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),
     )),
     "model": ("the policy (policy.py)", dict(
-        model=("", "\"\" = the tiny built-in model; else a local path or hub name"),
+        model=("", "\"\" = the tiny built-in model; a local path or hub name; random:<shape> (bench.py)"),
         device=("auto", "auto | cuda | cpu"),
         dtype=("auto", "auto (bf16 on GPU for inference, fp32 for training and on CPU) | bf16 | fp32"),
         tiny_dim=(192, "the tiny built-in model: width"),
@@ -60,7 +60,14 @@ SETTINGS = {
         temperature=(0.7, "sampling temperature (Stages 1-2, evaluate.py)"),
         top_p=(0.95, "nucleus sampling"),
         max_new_tokens=(1536, "tokens per reply, at most"),
-        gen_batch=(8, "sequences per generate() call"),
+        lora_rank=(0, "train LoRA adapters of this rank instead of all weights (0 = full fine-tuning)"),
+        lora_alpha=(0.0, "LoRA scale numerator (0 = 2 x lora_rank)"),
+        lora_targets=("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "modules that get adapters"),
+        fsdp=(False, "under torchrun: shard weights, gradients, optimizer state over ranks (FSDP2; Stage 3)"),
+        grad_ckpt=("auto", "gradient checkpointing: auto (on above 100M parameters) | on | off"),
+        gen_batch=(8, "sequences sampled together (one batch of the decoder)"),
+        sampler=("auto", "auto: our static-cache decoder for Llama/Qwen/Mistral models, else HF generate | hf"),
+        cuda_graphs=(True, "replay decode steps as CUDA graphs (GPU, sampler=auto)"),
     )),
     "sft": ("Stage 1 (sft.py) and the fine-tuning Stage 2 shares", dict(
         teachers=("builtin", "comma list: builtin | file:<jsonl or folder> | hf:<path or name> | openai:<base_url>"),
@@ -116,7 +123,10 @@ SETTINGS = {
         exemplars_db=("", "model mode: show exemplars from this db.jsonl (or Stage 1's data.jsonl)"),
     )),
     "bench": ("bench.py", dict(
-        what=("all", "throughput | stability | all | gpus"),
+        what=("all", "throughput | stability | all | gpus | policy"),
+        shapes=("0.5b,1.5b", "policy: model shapes, random weights (0.5b 1.5b 3b 7b 14b 32b)"),
+        modes=("full,lora", "policy: full | lora | fsdp (fsdp under torchrun)"),
+        bench_prompts=(8, "policy: prompts per step (each sampled crl_samples times)"),
         fresh_cache=(True, "time cold builds in a new, empty build cache"),
     )),
 }
@@ -127,7 +137,7 @@ STAGE1 = ("run", "evaluator", "model", "sft")
 STAGE2 = STAGE1 + ("selftrain",)
 STAGE3 = STAGE2 + ("crl", "exemplars")
 EVALUATE = ("run", "evaluator", "model", "evaluate", "exemplars")
-BENCH = ("run", "evaluator", "bench")
+BENCH = ("run", "evaluator", "model", "crl", "bench")
 
 PRESETS = {
     # The offline default: tiny built-in model, built-in suite, backend picked from the machine.

@@ -33,6 +33,7 @@ import grpo
 import kernels
 import policy
 import prompts
+import sampler
 import selftrain
 import sft
 import taskset
@@ -43,7 +44,8 @@ class Run:
     """What every step of a Stage 3 run works with."""
     cfg: dict
     model: object
-    ref_model: object   # the frozen starting model for the KL term, or None (beta = 0)
+    sampler: object     # sampler.Sampler: the bf16 copy and captured graphs, kept across steps
+    ref_logprobs: object  # log-probs under the frozen starting model (policy.reference), or None
     opt: object
     tok: object
     tasks: list
@@ -175,10 +177,9 @@ def run(cfg):
         state = dict(step=0)
     if world > 1:  # the same weights everywhere, different sampling noise on each rank
         torch.manual_seed(cfg["seed"] * 1000 + rank + 100003 * state["step"])
-    ref_model = None
-    if cfg["beta"] > 0:  # the frozen reference: the model Stage 3 started from
-        ref_model, _ = policy.load(cfg, start_from)
-        ref_model.eval().requires_grad_(False)
+    # the KL reference: the model Stage 3 started from
+    ref_logprobs = policy.reference(cfg, model, start_from)
+    model = policy.prepare(model, cfg, world)  # FSDP2 shards under torchrun with --fsdp
     opt = common.optimizer(model, cfg["crl_lr"], cfg, state)
     tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
     db = exemplars.Database(os.path.join(out, "db.jsonl"), repair=rank == 0)
@@ -187,7 +188,8 @@ def run(cfg):
     with kernels.Evaluator(cfg, time_candidates=True, progress=cfg["progress"] and rank == 0) as ev:
         if state["step"] == 0 and not (state.get("extra") or {}).get("seeded"):
             seed_database(cfg, db, ev, tasks, rank, world)
-        r = Run(cfg, model, ref_model, opt, tok, tasks, db, ev, rank, world, out)
+        smp = sampler.Sampler(policy.unwrap(model), cfg)
+        r = Run(cfg, model, smp, ref_logprobs, opt, tok, tasks, db, ev, rank, world, out)
         step = state["step"]
         try:
             while step < cfg["crl_steps"]:
@@ -196,8 +198,10 @@ def run(cfg):
                 if rank == 0:
                     common.append_jsonl(os.path.join(out, "log.jsonl"), [rec])
                     print(" | ".join(f"{k} {v}" for k, v in rec.items()), flush=True)
-                    if step % cfg["crl_ckpt_every"] == 0 or step == cfg["crl_steps"]:
-                        policy.save_checkpoint(out, model, tok, opt, step, cfg, dict(seeded=True))
+                if step % cfg["crl_ckpt_every"] == 0 or step == cfg["crl_steps"]:
+                    # every rank takes part (FSDP2 gathers the shards); rank 0 writes
+                    policy.save_checkpoint(out, model, tok, opt, step, cfg, dict(seeded=True), write=rank == 0)
+                    if rank == 0:
                         plot_curves(os.path.join(out, "log.jsonl"), os.path.join(out, "curves.png"))
                 common.barrier(world)
         except KeyboardInterrupt:
@@ -218,7 +222,7 @@ def one_step(r, step):
     rng = random.Random(cfg["seed"] * 7919 + step * 131 + r.rank)
     shown = [exemplars.pick_exemplars(r.db, t, cfg, rng) for t in mine]
     msgs = [prompts.task_prompt(t.code, r.ev.backend, ex) for t, ex in zip(mine, shown)]
-    outs = policy.generate(r.model, r.tok, msgs, cfg, n=G, progress=False)
+    outs = policy.generate(r.sampler, r.tok, msgs, cfg, n=G, progress=False)
     t1 = time.time()
     flat = [(t, s) for t, group in zip(mine, outs) for s in group]
     parsed = [prompts.parse_response(s.text) for _, s in flat]
@@ -232,7 +236,7 @@ def one_step(r, step):
                                 cfg["reward_clip"], not cfg["dr_grpo"])                  # (P, G)
     skipped = int((adv == 0).all(dim=1).sum())
     rollouts = [grpo.Rollout(s.prompt_ids, s.ids, float(a)) for (_, s), a in zip(flat, adv.reshape(-1))]
-    st = grpo.train_step(cfg, r.model, r.ref_model, r.opt, r.tok, rollouts, r.world)
+    st = grpo.train_step(cfg, r.model, r.ref_logprobs, r.opt, r.tok, rollouts, r.world)
     t3 = time.time()
     if step % cfg["dump_every"] == 0 or step == 1:  # reading rollouts is the main debugging tool
         dump = [dict(task=t.name, exemplars=[e["speedup"] for e in ex], text=s.text, finished=s.finished,
@@ -262,7 +266,10 @@ def one_step(r, step):
 
 
 def param_checksum(model):
-    """A number that differs when two ranks' weights do (an exact sum, in float64)."""
+    """A number that differs when two ranks' weights do (an exact sum, in float64). FSDP2
+    ranks hold different shards of one set of weights by construction: 0."""
+    if isinstance(model, policy.Sharded):
+        return 0.0
     with torch.no_grad():
         return float(sum(p.double().sum() for p in model.parameters()))
 

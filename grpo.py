@@ -3,7 +3,7 @@ clipped ratio, an optional k3 KL to a frozen reference. Pure functions with shap
 comments, then the update step; no files, no prompts, no evaluator.
 
     adv = grpo.smooth_rewards(torch.tensor([0.0, 1.2, 3.5, 0.8]), k=1.5)   # one group of G
-    stats = grpo.train_step(cfg, model, ref_model, opt, tok, rollouts, world)
+    stats = grpo.train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
 """
 from dataclasses import dataclass
 
@@ -81,9 +81,10 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, eps, beta, normaliser):
     return loss, stats
 
 
-def train_step(cfg, model, ref_model, opt, tok, rollouts, world):
+def train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
     """GRPO update on this rank's rollouts, `ppo_epochs` optimizer steps (the inner epochs).
-    -> dict of stats (sums over all ranks)."""
+    ref_logprobs: (input_ids, attention_mask, temperature) -> (B, T-1) log-probs of the KL
+    reference, or None (no KL term). -> dict of stats (sums over all ranks)."""
     dev = next(model.parameters()).device
     live = [s for s in rollouts if s.adv != 0.0]
     n_tok = sum(len(s.ids) for s in live)
@@ -102,8 +103,8 @@ def train_step(cfg, model, ref_model, opt, tok, rollouts, world):
     with torch.no_grad():
         old = [policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], temp)
                for p in packed]
-        ref = [policy.completion_logprobs(ref_model, p["input_ids"], p["attention_mask"], temp)
-               for p in packed] if ref_model is not None else [None] * len(packed)
+        ref = [ref_logprobs(p["input_ids"], p["attention_mask"], temp)
+               for p in packed] if ref_logprobs is not None else [None] * len(packed)
     model.train()
     for epoch in range(cfg["ppo_epochs"]):
         for b, p, o, r in zip(batches, packed, old, ref):
@@ -117,7 +118,8 @@ def train_step(cfg, model, ref_model, opt, tok, rollouts, world):
                     stats[k] += st[k]
                 stats["loss"] += loss.item()
         common.all_reduce_grads(model, world)
-        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"]))
+        norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg["grad_clip"])
+        stats["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP2: a DTensor
         opt.step()
         opt.zero_grad(set_to_none=True)
     summed = common.all_gather({k: stats[k] for k in ("kl", "kl_old", "clipped", "tokens", "loss")}, world)

@@ -14,6 +14,7 @@ trained on the project's own corpus (tasks, seed solutions, rendered prompts), s
 save_pretrained so AutoModelForCausalLM / AutoTokenizer load it like any other model.
 """
 import glob
+import json
 import os
 import random
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import prompts
+import sampler
 import taskset
 
 SPECIAL = dict(start="<|im_start|>", end="<|im_end|>", pad="<|pad|>")
@@ -79,6 +81,35 @@ def build_tiny(cfg, tok):
     return LlamaForCausalLM(mc)
 
 
+# Real model shapes with random weights (`--model random:7b`), for benchmarks and memory
+# checks with nothing downloaded: Qwen2.5(-Coder) configurations, with the tiny tokenizer
+# (the prompts are short; the 151,936-entry embedding and LM head keep their real size).
+# name: (hidden, intermediate, layers, heads, kv heads, tied embeddings)
+SHAPES = {"0.5b": (896, 4864, 24, 14, 2, True), "1.5b": (1536, 8960, 28, 12, 2, True),
+          "3b": (2048, 11008, 36, 16, 2, True), "7b": (3584, 18944, 28, 28, 4, False),
+          "14b": (5120, 13824, 48, 40, 8, False), "32b": (5120, 27648, 64, 40, 8, False)}
+
+
+def build_random(name, cfg, tok, dtype, dev):
+    """A Qwen2 decoder of a named shape, random weights, built directly on `dev`."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    if name not in SHAPES:
+        raise ValueError(f"random:{name}: shapes are {', '.join(SHAPES)}")
+    d, inter, layers, heads, kv, tied = SHAPES[name]
+    mc = Qwen2Config(vocab_size=151936, hidden_size=d, intermediate_size=inter, num_hidden_layers=layers,
+                     num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=32768,
+                     rope_theta=1e6, tie_word_embeddings=tied, eos_token_id=tok.eos_token_id,
+                     pad_token_id=tok.pad_token_id, bos_token_id=None, dtype=dtype)
+    torch.manual_seed(cfg["seed"])
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # initialised in its final dtype: no fp32 detour for 32B
+    try:
+        with torch.device(dev):
+            return Qwen2ForCausalLM(mc)
+    finally:
+        torch.set_default_dtype(prev)
+
+
 # ----------------------------------------------------------------------------------------
 # Loading
 
@@ -100,28 +131,107 @@ def load(cfg, path=None, train=False):
     """-> (model, tokenizer). path: a checkpoint folder, a local model or a hub name; None
     means cfg["model"], and "" there builds the tiny model (untrained). Training keeps fp32
     weights (the master copy; forward passes autocast to bf16 on GPU); inference loads bf16
-    on GPU unless dtype says otherwise."""
+    on GPU unless dtype says otherwise. With lora_rank > 0, training wraps the model in
+    LoRA adapters (its frozen base in bf16 on GPU); a LoRA checkpoint (an adapter folder)
+    loads onto its base, trainable for training, merged into plain weights for inference."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()  # shard-writing bars at every checkpoint are noise
     dev = device_of(cfg)
     path = path if path is not None else cfg["model"]
+    lora = train and cfg["lora_rank"] > 0
+    fsdp = train and cfg["fsdp"] and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if fsdp:  # whole weights on the host; prepare() shards them onto the GPUs
+        dev = torch.device("cpu")
     if cfg["dtype"] == "auto":
-        dtype = torch.float32 if (train or dev.type == "cpu") else torch.bfloat16
+        frozen_bf16 = dev.type == "cuda" and (lora or not train)
+        dtype = torch.bfloat16 if frozen_bf16 else torch.float32
     else:
         dtype = dict(bf16=torch.bfloat16, fp32=torch.float32)[cfg["dtype"]]
+    adapter = adapter_base(path) if path and not path.startswith("random:") else None
     if not path:
         tok = build_tokenizer(tiny_corpus(), cfg["tiny_vocab"])
         model = build_tiny(cfg, tok).to(dtype)
+    elif path.startswith("random:"):
+        tok = build_tokenizer(tiny_corpus(), cfg["tiny_vocab"])
+        model = build_random(path[len("random:"):], cfg, tok, dtype, dev)
     else:
         check_model_path(path)
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(adapter or path, dtype=dtype)
     if tok.pad_token is None:  # many base models have none; padding is masked anyway
         tok.pad_token = tok.eos_token
     if tok.chat_template is None:
         raise ValueError(f"{path}: the tokenizer has no chat template (use an instruct/chat model)")
-    return model.to(dev), tok
+    model = model.to(dev)
+    if adapter:
+        from peft import PeftModel
+        model = PeftModel.from_pretrained(model, path, is_trainable=lora)
+        if not lora:  # inference (or full fine-tuning from a LoRA stage): plain weights
+            model = model.merge_and_unload()
+    elif lora:
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(
+            r=cfg["lora_rank"], lora_alpha=cfg["lora_alpha"] or 2 * cfg["lora_rank"], lora_dropout=0.0,
+            target_modules=[m.strip() for m in cfg["lora_targets"].split(",") if m.strip()], task_type="CAUSAL_LM"))
+    if cfg["grad_ckpt"] not in ("auto", "on", "off"):
+        raise ValueError(f"--grad_ckpt is auto, on or off, not {cfg['grad_ckpt']!r}")
+    if train and (cfg["grad_ckpt"] == "on" or (cfg["grad_ckpt"] == "auto" and count_params(model) > 1e8)):
+        # recompute each layer in backward: one layer's activations at a time instead of all
+        kw = dict(use_reentrant=False)
+        if hasattr(model, "activation_checkpointing_enable"):  # the newer transformers name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+    return model, tok
+
+
+def adapter_base(path):
+    """The base model of a LoRA checkpoint folder, or None for anything else."""
+    f = os.path.join(os.path.expanduser(path), "adapter_config.json")
+    if not os.path.exists(f):
+        return None
+    base = json.load(open(f)).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{path}: adapter_config.json names no base model")
+    return base
+
+
+def reference(cfg, model, start_from):
+    """The frozen model the KL term pulls toward (the one training started from), as a
+    function (input_ids, attention_mask, temperature) -> log-probs (B, T-1); None when
+    beta = 0. Full fine-tuning loads a second, frozen copy (bf16 on GPU). LoRA needs none:
+    the reference is the same model with the starting adapter (a frozen second adapter) or,
+    when training started from plain weights, with adapters switched off."""
+    if cfg["beta"] <= 0:
+        return None
+    if not hasattr(model, "peft_config"):
+        ref, _ = load(cfg, start_from)
+        ref.eval().requires_grad_(False)
+        return lambda ids, mask, temp: completion_logprobs(ref, ids, mask, temp)
+    import contextlib
+    if start_from and adapter_base(start_from):
+        model.load_adapter(start_from, adapter_name="reference", is_trainable=False)
+
+        @contextlib.contextmanager
+        def switched():
+            model.set_adapter("reference")
+            try:
+                yield
+            finally:
+                model.set_adapter("default")  # peft marks the active adapter trainable again
+        mode = switched
+    else:
+        mode = model.disable_adapter
+
+    def ref_logprobs(ids, mask, temp):
+        was = model.training
+        model.eval()
+        with mode():
+            out = completion_logprobs(model, ids, mask, temp)
+        model.train(was)
+        return out
+    return ref_logprobs
 
 
 def autocast(model):
@@ -155,56 +265,68 @@ class Sample:
                        # exact tokens whose log-probs RL later scores
     prompt_ids: list   # the prompt's tokens, as the model saw them
     finished: bool     # False: cut at max_new_tokens (or the prompt left no room)
+    logps: list = None  # each token's log-prob as the sampler saw it (fast sampler only)
 
 
 @torch.no_grad()
 def generate(model, tok, messages, cfg, n=1, progress=None, desc="sampling"):
-    """Sample n completions per prompt -> per prompt a list of n Samples. Prompts longer
-    than max_len get an empty, unfinished reply rather than stopping the run."""
-    from transformers import GenerationConfig
-    dev = next(model.parameters()).device
+    """Sample n completions per prompt -> per prompt a list of n Samples. model: a model or
+    a sampler.Sampler (which keeps its bf16 copy and captured graphs between calls).
+    Prompts longer than max_len get an empty, unfinished reply rather than stopping the run."""
+    s = model if isinstance(model, sampler.Sampler) else sampler.Sampler(model, cfg)
     jobs = [(i, prompt_ids(tok, m)) for i, m in enumerate(messages) for _ in range(n)]
     # similar lengths together: less padding; longest first so a memory problem shows early
     jobs.sort(key=lambda j: -len(j[1]))
     outs = [[] for _ in messages]
-    stop = eos_ids(model, tok)
+    stop = eos_ids(s.model, tok)
     bar = None
     if (cfg["progress"] if progress is None else progress) and len(jobs) > cfg["gen_batch"]:
         from tqdm import tqdm
         bar = tqdm(total=len(jobs), desc=desc, unit="sample", dynamic_ncols=True)
-    was_training = model.training
-    model.eval()
-    for s in range(0, len(jobs), cfg["gen_batch"]):
-        chunk = jobs[s:s + cfg["gen_batch"]]
+    s.refresh()
+    for k in range(0, len(jobs), cfg["gen_batch"]):
+        chunk = jobs[k:k + cfg["gen_batch"]]
         room = cfg["max_len"] - max(len(p) for _, p in chunk)
         if room <= 0:
             for i, p in chunk:
                 outs[i].append(Sample("", [], p, False))
             continue
-        width = max(len(p) for _, p in chunk)
-        ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, (_, p) in enumerate(chunk):  # left padding: every prompt ends where sampling starts
-            ids[r, width - len(p):] = torch.tensor(p)
-            mask[r, width - len(p):] = 1
-        gc = GenerationConfig(do_sample=cfg["temperature"] > 0, temperature=cfg["temperature"] or None,
-                              top_p=cfg["top_p"] if cfg["temperature"] > 0 else None, top_k=0,
-                              max_new_tokens=min(cfg["max_new_tokens"], room),
-                              eos_token_id=stop, pad_token_id=tok.pad_token_id)
-        with autocast(model):
-            seq = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), generation_config=gc)
-        for r, (i, p) in enumerate(chunk):
-            new = seq[r, width:].tolist()
-            cut = next((k for k, t in enumerate(new) if t in stop), None)
-            new = new[:cut + 1] if cut is not None else new
-            text = tok.decode(new[:-1] if cut is not None else new, skip_special_tokens=False)
-            outs[i].append(Sample(text, new, p, cut is not None))
+        ps = [p for _, p in chunk]
+        max_new = min(cfg["max_new_tokens"], room)
+        if s.fast:
+            rows = s.sample(ps, max_new, cfg["temperature"], cfg["top_p"], stop)
+        else:
+            rows = [sampler.cut(r, None, set(stop)) for r in hf_generate(s.model, tok, ps, max_new, stop, cfg)]
+        for (i, p), (new, lps, finished) in zip(chunk, rows):
+            text = tok.decode(new[:-1] if finished else new, skip_special_tokens=False)
+            outs[i].append(Sample(text, new, p, finished, lps))
         if bar:
             bar.update(len(chunk))
     if bar:
         bar.close()
-    model.train(was_training)
     return outs
+
+
+def hf_generate(model, tok, prompts, max_new, stop, cfg):
+    """Hugging Face generate for models our decoder does not cover -> each row's new ids."""
+    from transformers import GenerationConfig
+    dev = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, p in enumerate(prompts):  # left padding: every prompt ends where sampling starts
+        ids[r, width - len(p):] = torch.tensor(p)
+        mask[r, width - len(p):] = 1
+    gc = GenerationConfig(do_sample=cfg["temperature"] > 0, temperature=cfg["temperature"] or None,
+                          top_p=cfg["top_p"] if cfg["temperature"] > 0 else None,
+                          top_k=0 if cfg["temperature"] > 0 else None,
+                          max_new_tokens=max_new, eos_token_id=stop, pad_token_id=tok.pad_token_id)
+    was = model.training
+    model.eval()
+    with autocast(model):
+        seq = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), generation_config=gc)
+    model.train(was)
+    return seq[:, width:].tolist()
 
 
 # ----------------------------------------------------------------------------------------
@@ -255,10 +377,12 @@ def completion_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk
     Positions come from the attention mask, as in generate(), so left or right padding gives
     the same numbers. The vocabulary projection runs chunk by chunk (recomputed in backward)
     so no (B, T, V) tensor is ever held: with a 150k vocabulary that would be gigabytes."""
+    if isinstance(model, Sharded):  # FSDP2: through the root unit's forward (see Sharded)
+        return model(input_ids, attention_mask, temperature, chunk)
     pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     with autocast(model):
-        h = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
-                                position_ids=pos).last_hidden_state[:, :-1]  # (B, T-1, D)
+        h = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos,
+                                use_cache=False).last_hidden_state[:, :-1]  # (B, T-1, D)
     head = model.get_output_embeddings()
     targets = input_ids[:, 1:]
     # about 256 MB of fp32 logits per chunk; one chunk (no recompute) when it all fits
@@ -273,18 +397,76 @@ def completion_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk
     return torch.cat(outs, dim=1)
 
 
+class Sharded(torch.nn.Module):
+    """A causal LM sharded with FSDP2 (torch.distributed.fsdp.fully_shard) for training
+    under torchrun: each decoder layer is a unit, and this wrapper, whose forward is
+    completion_logprobs, is the root unit. The root gathers the embedding, final norm and
+    LM head for the whole computation (the chunked LM head uses its weight directly, so a
+    plain HF model as root would leave it sharded) and reduces their gradients after."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids, attention_mask, temperature=1.0, chunk=None):
+        return completion_logprobs(self.lm, input_ids, attention_mask, temperature, chunk)
+
+
+def prepare(model, cfg, world):
+    """The model as training uses it: itself, or with fsdp on under torchrun, Sharded:
+    fp32 master shards, bf16 compute, fp32 gradient reduction (FSDP2 averages gradients
+    over ranks; common.all_reduce_grads turns the average back into the sum the losses
+    are normalised for)."""
+    if not cfg["fsdp"] or world == 1:
+        return model
+    if hasattr(model, "peft_config"):
+        raise ValueError("--fsdp shards full fine-tuning; LoRA models fit on one GPU (drop --lora_rank or --fsdp)")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    cuda = torch.cuda.is_available() and cfg["device"] != "cpu"
+    mesh = init_device_mesh("cuda" if cuda else "cpu", (world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if cuda else None, reduce_dtype=torch.float32)
+    units = list(model.get_decoder().layers)
+    for layer in units:
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    root = Sharded(model)
+    fully_shard(root, mesh=mesh, mp_policy=mp)
+    return root
+
+
+def unwrap(model):
+    """The Hugging Face model inside (Sharded keeps it as .lm)."""
+    return model.lm if isinstance(model, Sharded) else model
+
+
 # ----------------------------------------------------------------------------------------
 # Checkpoints: Hugging Face format plus train_state.pt
 
-def save_checkpoint(out, model, tok, opt, step, cfg, extra=None):
+def save_checkpoint(out, model, tok, opt, step, cfg, extra=None, write=True):
     """Write the model (loadable by AutoModelForCausalLM), tokenizer and training state
     (optimizer, step, config, RNG). Files are written to a temporary folder and moved into
-    place, train_state.pt last, so a kill mid-save leaves the previous checkpoint usable."""
+    place, train_state.pt last, so a kill mid-save leaves the previous checkpoint usable.
+    Under torchrun every rank calls it and the one with write=True writes (a Sharded
+    model's full weights and optimizer state are gathered from all ranks first)."""
+    weights = optim = None
+    if isinstance(model, Sharded):
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                             get_optimizer_state_dict)
+        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = {k[len("lm."):]: v for k, v in get_model_state_dict(model, options=full).items()}
+        optim = get_optimizer_state_dict(model, opt, options=full) if opt else None
+    elif opt:
+        optim = opt.state_dict()
+    if not write:
+        return
     tmp = os.path.join(out, ".ckpt-tmp")
     os.makedirs(tmp, exist_ok=True)
-    model.save_pretrained(tmp)
+    if hasattr(model, "peft_config"):  # LoRA: the adapter, naming a base model on disk
+        save_adapter(model, tok, out, tmp)
+    else:
+        unwrap(model).save_pretrained(tmp, state_dict=weights)
     tok.save_pretrained(tmp)
-    state = dict(step=step, config=cfg, extra=extra or {}, optimizer=opt.state_dict() if opt else None,
+    state = dict(step=step, config=cfg, extra=extra or {}, optimizer=optim,
                  rng=dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state(),
                           cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None))
     torch.save(state, os.path.join(tmp, "train_state.pt"))
@@ -294,8 +476,29 @@ def save_checkpoint(out, model, tok, opt, step, cfg, extra=None):
     os.rmdir(tmp)
 
 
+def save_adapter(model, tok, out, tmp):
+    """Write the trained adapter (not the frozen base) into tmp. Its adapter_config.json
+    names the base by absolute path; a base with no folder (the tiny built-in model) is
+    saved once, into out/base/."""
+    base = model.peft_config["default"].base_model_name_or_path
+    hub = bool(base) and base.count("/") == 1 and not base.startswith((".", "/", "~"))
+    if not base or not (os.path.isdir(base) or hub):
+        base = os.path.join(out, "base")
+        if not os.path.exists(os.path.join(base, "config.json")):
+            inner = model.get_base_model()   # its linear layers hold base_layer + lora_*
+            plain = type(inner)(inner.config)
+            plain.load_state_dict({k.replace(".base_layer", ""): v for k, v in inner.state_dict().items()
+                                   if "lora_" not in k})
+            plain.save_pretrained(base)
+            tok.save_pretrained(base)
+    model.peft_config["default"].base_model_name_or_path = os.path.abspath(base) if os.path.isdir(base) else base
+    model.save_pretrained(tmp, selected_adapters=["default"])
+
+
 def has_checkpoint(out):
-    return os.path.exists(os.path.join(out, "train_state.pt")) and os.path.exists(os.path.join(out, "config.json"))
+    weights = ("config.json", "adapter_config.json")
+    return os.path.exists(os.path.join(out, "train_state.pt")) and \
+        any(os.path.exists(os.path.join(out, w)) for w in weights)
 
 
 def load_checkpoint(out, cfg, train=True):

@@ -21,15 +21,17 @@ import config
 import kernels
 import policy
 import prompts
+import sampler
 import sft
 import taskset
 
 
-def sample_round(cfg, model, tok, tasks, ev, rnd, out):
-    """Sample and judge one round -> (successes, success rate)."""
+def sample_round(cfg, smp, tok, tasks, ev, rnd, out):
+    """Sample (smp: a sampler.Sampler of the model in training) and judge one round
+    -> (successes, success rate)."""
     msgs = [prompts.task_prompt(t.code, ev.backend) for t in tasks]
     t0 = time.time()
-    outs = policy.generate(model, tok, msgs, cfg, n=cfg["st_samples"], desc=f"round {rnd} sampling")
+    outs = policy.generate(smp, tok, msgs, cfg, n=cfg["st_samples"], desc=f"round {rnd} sampling")
     flat = [(t, s) for t, group in zip(tasks, outs) for s in group]
     t1 = time.time()
     judged = common.judge_responses(ev, [(t, s.text) for t, s in flat], f"round {rnd} judging")
@@ -69,10 +71,11 @@ def run(cfg):
     extra = state["extra"]
     tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
     t0 = time.time()
+    smp = sampler.Sampler(model, cfg)
     with kernels.Evaluator(cfg, time_candidates=False) as ev:
         while extra["round"] < cfg["st_rounds"]:
             rnd = extra["round"] + 1
-            succ, rate = sample_round(cfg, model, tok, tasks, ev, rnd, out)
+            succ, rate = sample_round(cfg, smp, tok, tasks, ev, rnd, out)
             common.append_jsonl(os.path.join(out, "successes.jsonl"),
                                 [{k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")} for s in succ])
             rates = extra["rates"] + [rate]

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import bench
+import common
 import config
 import correctness
 import evaluate
@@ -26,6 +27,7 @@ import grpo
 import kernels
 import policy
 import prompts
+import sampler
 import sft
 import taskset
 
@@ -103,7 +105,7 @@ def test_every_script_answers_help(script, capsys):
 # Library modules in import order: each imports only modules before it (kernels starts the
 # workers in worker.py, importing it when an Evaluator is built: the one exception). Stages
 # import library modules and earlier stages; evaluate.py and bench.py import no stage.
-LIBRARY = ["config", "prompts", "taskset", "kernels", "correctness", "timing", "guards", "harness", "worker", "policy",
+LIBRARY = ["config", "prompts", "taskset", "kernels", "correctness", "timing", "guards", "harness", "worker", "sampler", "policy",
            "common", "exemplars", "grpo"]
 STAGES = ["sft", "selftrain", "crl"]
 
@@ -648,6 +650,158 @@ def test_sampling_batches_and_stops(tiny):
             assert tok.eos_token_id not in s.ids[:-1]
 
 
+def lively(cfg, tok, seed=1, std=0.3):
+    """A tiny model with large random weights: its greedy replies differ from row to row
+    (a freshly initialised one repeats one token), so stop tokens end rows at different steps."""
+    torch.manual_seed(seed)
+    model = policy.build_tiny(cfg, tok)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, std)
+    return model
+
+
+def test_fast_sampler_matches_generate_and_scores_its_tokens(tiny):
+    """Our decoder (static cache, finished rows dropped as they stop) against Hugging Face
+    generate: the same greedy replies, stop tokens included; and each sampled token's
+    log-prob as the sampler saw it equals what the update recomputes for it."""
+    cfg, _, tok = tiny
+    cfg = dict(cfg, gen_batch=8, max_len=256)
+    model = lively(cfg, tok)
+    ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 12)]
+    smp = sampler.Sampler(model, cfg)
+    assert smp.fast and smp.model is model  # fp32 on CPU: no copy
+    free = [r[0] for k in range(0, len(ps), 8) for r in smp.sample(ps[k:k + 8], 24, 0.0, 1.0, [tok.eos_token_id])]
+    stop = {f[2 * i + 1] for i, f in enumerate(free[:7])} - {f[0] for f in free}  # rows end at different steps
+    fast = [r for k in range(0, len(ps), 8) for r in smp.sample(ps[k:k + 8], 24, 0.0, 1.0, sorted(stop))]
+    slow = [sampler.cut(r, None, stop) for k in range(0, len(ps), 8)
+            for r in policy.hf_generate(model, tok, ps[k:k + 8], 24, sorted(stop), dict(cfg, temperature=0.0))]
+    assert [r[0] for r in fast] == [r[0] for r in slow] and [r[2] for r in fast] == [r[2] for r in slow]
+    assert len({len(r[0]) for r in fast if r[2]}) >= 3  # rows finished at different steps
+    assert smp.decoder.compactions >= 1
+    torch.manual_seed(0)
+    rows = smp.sample(ps[:8], 40, 1.0, 0.9, list(range(0, len(tok), 25)))
+    assert any(f for _, _, f in rows) and any(len(t) > 10 for t, _, _ in rows)
+    for p, (toks, lps, _) in zip(ps, rows):
+        b = policy.pack(tok, [p], [toks])
+        with torch.no_grad():
+            again = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"])[0, len(p) - 1:]
+        assert torch.allclose(again, torch.tensor(lps), atol=1e-4), (again, lps)
+
+
+def test_sampling_copy_follows_the_training_weights(tiny):
+    """The bf16 copy a GPU run samples from: whole weights, refreshed in place after an
+    update; its log-probs agree with the fp32 weights' within bf16 rounding."""
+    cfg, _, tok = tiny
+    model = lively(cfg, tok, std=0.05)
+    smp = sampler.Sampler(model, cfg)
+    smp.model = sampler.whole_copy(model, torch.bfloat16)  # what __init__ does for fp32 on a GPU
+    storage = {n: p.data_ptr() for n, p in smp.model.named_parameters()}
+    opt = common.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
+    ids = torch.tensor([policy.prompt_ids(tok, [dict(role="user", content="gelu")]) + [5, 6, 7, 8]])
+    mask = torch.ones_like(ids)
+    (-policy.completion_logprobs(model, ids, mask).mean()).backward()
+    opt.step()
+    smp.refresh()
+    copy = dict(smp.model.named_parameters())
+    for n, p in model.named_parameters():
+        assert torch.equal(copy[n], p.detach().to(torch.bfloat16)), n
+        assert copy[n].data_ptr() == storage[n]  # captured graphs keep reading the same memory
+    with torch.no_grad():
+        a = policy.completion_logprobs(model, ids, mask)
+        b = policy.completion_logprobs(smp.model, ids, mask)
+    assert (a - b).abs().max() < 0.05 and not torch.equal(a, b)
+
+
+def test_lora_trains_adapters_and_checkpoints_load_plainly(tiny, tmp_path):
+    """LoRA on the tiny model: only adapters train; the KL reference is the model with
+    adapters off (or with the starting adapter); the checkpoint is an adapter folder that
+    plain AutoModelForCausalLM.from_pretrained loads, and that resumes."""
+    from transformers import AutoModelForCausalLM
+    cfg = config.parse(TINY + ["--lora_rank=4", "--beta=0.1", "--lora_targets=q_proj,v_proj,down_proj"])
+    model, tok = policy.load(cfg, train=True)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    ids = torch.tensor([policy.prompt_ids(tok, [dict(role="user", content="gelu")]) + [5, 6, 7, 8]])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        before = policy.completion_logprobs(model, ids, mask)
+    ref = policy.reference(cfg, model, "")
+    opt = common.optimizer(model, 5e-2, cfg)
+    for _ in range(3):
+        (-policy.completion_logprobs(model, ids, mask).mean()).backward()
+        opt.step()
+        opt.zero_grad()
+    with torch.no_grad():
+        after = policy.completion_logprobs(model, ids, mask)
+        assert (after - before).abs().max() > 1e-2            # the adapters learned
+        assert torch.equal(ref(ids, mask, 1.0), before)        # the reference did not move
+    out = str(tmp_path / "ck")
+    os.makedirs(out)
+    policy.save_checkpoint(out, model, tok, opt, 3, cfg)
+    assert policy.has_checkpoint(out) and os.path.exists(os.path.join(out, "adapter_config.json"))
+    plain = AutoModelForCausalLM.from_pretrained(out)  # base (saved to out/base: the tiny model has no folder) + adapter
+    back, _, state = policy.load_checkpoint(out, cfg)
+    merged, _ = policy.load(dict(cfg, lora_rank=0), out)
+    with torch.no_grad():
+        assert torch.allclose(policy.completion_logprobs(plain, ids, mask), after, atol=1e-5)
+        assert torch.allclose(policy.completion_logprobs(back, ids, mask), after, atol=1e-5)
+        assert torch.allclose(policy.completion_logprobs(merged, ids, mask), after, atol=1e-5)
+        assert not hasattr(merged, "peft_config") and state["step"] == 3
+        ref2 = policy.reference(cfg, back, out)   # started from an adapter: that adapter, frozen
+        assert torch.allclose(ref2(ids, mask, 1.0), after, atol=1e-5)
+        assert all("reference" not in n for n, p in back.named_parameters() if p.requires_grad)
+
+
+FSDP_SCRIPT = """
+import sys, torch, config, policy, common, grpo, sampler
+cfg = config.parse(sys.argv[2:])
+rank, world, cfg = common.dist_setup(cfg)
+model, tok = policy.load(cfg, train=True)
+ref = policy.reference(cfg, model, "")
+torch.manual_seed(5)
+ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel " * k)]) for k in range(1, 9)]
+rolls = [grpo.Rollout(p, torch.randint(10, 1000, (5 + k,)).tolist(), (-1.0) ** k * (k + 1) / 4)
+         for k, p in enumerate(ps)]
+if world > 1:
+    model = policy.prepare(model, cfg, world)
+    mine = rolls[rank::world]
+else:  # the ranks' micro-batches, in the same order
+    mine = rolls[0::2] + rolls[1::2]
+opt = common.optimizer(model, 1e-3, cfg)
+grpo.train_step(cfg, model, ref, opt, tok, mine, world)
+smp = sampler.Sampler(policy.unwrap(model), cfg)
+policy.save_checkpoint(sys.argv[1], model, tok, opt, 1, cfg, write=rank == 0)
+if rank == 0:
+    torch.save({n: p.detach().clone() for n, p in smp.model.named_parameters()}, sys.argv[1] + "/sampler.pt")
+common.dist_teardown(world)
+"""
+
+
+def test_fsdp2_update_equals_one_process(tmp_path):
+    """FSDP2 on two CPU ranks (gloo): one GRPO update (two inner epochs, KL term) gives the
+    weights one process gets on the same micro-batches; the checkpoint gathers them whole,
+    and the sampling copy holds whole weights."""
+    from transformers import AutoModelForCausalLM
+    script = tmp_path / "fsdp_step.py"
+    script.write_text(f"import sys; sys.path.insert(0, {HERE!r})\n" + FSDP_SCRIPT)
+    argv = TINY + ["--beta=0.1", "--crl_micro_batch=2", "--ppo_epochs=2", "--fsdp"]
+    (tmp_path / "two").mkdir()
+    (tmp_path / "one").mkdir()
+    torchrun(str(script), [str(tmp_path / "two")] + argv, timeout=300)
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "one")] + argv, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    one = dict(AutoModelForCausalLM.from_pretrained(str(tmp_path / "one")).named_parameters())
+    two = dict(AutoModelForCausalLM.from_pretrained(str(tmp_path / "two")).named_parameters())
+    start = dict(policy.load(config.parse(TINY), train=True)[0].named_parameters())
+    copy = torch.load(str(tmp_path / "two" / "sampler.pt"))
+    assert max(float((one[n] - start[n]).abs().max()) for n in one) > 1e-4  # the update moved the weights
+    for n in one:
+        assert torch.allclose(one[n], two[n], atol=2e-5), n
+        assert torch.allclose(copy[n], two[n], atol=2e-5), n
+
+
 def test_sft_loss_falls_on_a_tiny_batch(tiny):
     cfg, _, tok = tiny
     model = policy.build_tiny(cfg, tok)
@@ -1045,6 +1199,44 @@ def test_policy_on_gpu(tiny):
     assert (lp[0] - ref).abs().max() < 0.1
     lp.sum().backward()
     assert next(model.parameters()).grad is not None and next(model.parameters()).dtype == torch.float32
+
+
+@gpu
+@needs_cuda
+def test_fast_sampler_on_gpu(tiny):
+    """On CUDA: fp32 training weights get a bf16 sampling copy; decode steps replayed as CUDA
+    graphs give the same greedy replies as the same steps run eagerly, finished rows are
+    dropped, and sampled tokens' log-probs agree with the update's recomputation (fp32
+    weights under bf16 autocast) within bf16 rounding; after an update the copy follows."""
+    cfg, _, tok = tiny
+    cfg = dict(cfg, device="cuda", gen_batch=8, max_len=256)
+    model = lively(cfg, tok).cuda()
+    ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 12)]
+    graphs, eager = sampler.Sampler(model, cfg), sampler.Sampler(model, dict(cfg, cuda_graphs=False))
+    assert graphs.fast and next(graphs.model.parameters()).dtype == torch.bfloat16
+    free = [r[0] for r in eager.sample(ps[:8], 30, 0.0, 1.0, [tok.eos_token_id])]
+    stop = sorted({f[2 * i + 1] for i, f in enumerate(free[:7])} - {f[0] for f in free})
+    a = [r for k in range(0, len(ps), 8) for r in graphs.sample(ps[k:k + 8], 30, 0.0, 1.0, stop)]
+    b = [r for k in range(0, len(ps), 8) for r in eager.sample(ps[k:k + 8], 30, 0.0, 1.0, stop)]
+    assert [r[0] for r in a] == [r[0] for r in b] and graphs.decoder.graphs
+    assert graphs.decoder.compactions >= 1 and len({len(r[0]) for r in a if r[2]}) >= 3, [len(r[0]) for r in a]
+    model = lively(cfg, tok, std=0.1).cuda()  # milder logits: bf16 rounding stays small
+    graphs = sampler.Sampler(model, cfg)
+    opt = common.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
+    for step in range(2):
+        torch.manual_seed(step)
+        rows = graphs.sample(ps[:8], 40, 1.0, 0.95, list(range(0, len(tok), 25)))
+        for p, (toks, lps, _) in zip(ps, rows):
+            bt = {k: v.cuda() for k, v in policy.pack(tok, [p], [toks]).items()}
+            with torch.no_grad():
+                again = policy.completion_logprobs(model, bt["input_ids"], bt["attention_mask"])[0, len(p) - 1:]
+            assert (again - torch.tensor(lps, device="cuda")).abs().max() < 0.1
+        (-again.sum() * 0 - policy.completion_logprobs(model, bt["input_ids"], bt["attention_mask"]).mean()).backward()
+        opt.step()
+        opt.zero_grad()
+        graphs.refresh()
+        for (n, p), q in zip(model.named_parameters(), graphs.model.parameters()):
+            assert torch.equal(q, p.detach().to(torch.bfloat16)), n
 
 
 def test_hf_teacher_samples_a_local_checkpoint(pipeline, tasks):

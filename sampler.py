@@ -1,0 +1,338 @@
+"""Fast sampling: a static KV cache and a decode loop of our own for Llama-family decoders
+(Llama, Qwen2, Qwen3, Mistral and their coder models), replayed as CUDA graphs on a GPU.
+Works on token ids only; policy.generate turns chat messages into them and back.
+
+    s = sampler.Sampler(model, cfg)      # a bf16 copy when model trains in fp32 on a GPU
+    s.refresh()                          # copy the training weights in (after an update)
+    rows = s.sample([[ids], ...], max_new=512, temperature=1.0, top_p=0.95, stop=[eos])
+    # rows[i] = (tokens, logps, finished): the sampled ids (stop token included when the
+    # reply finished) and each one's log-prob under the temperature-scaled distribution
+
+Why our own loop: Hugging Face `generate` spends most of a decode step in Python (logits
+processors, cache bookkeeping, a host sync per token) and, with fp32 training weights,
+casts every weight to bf16 on every step. Here one decode step is a fixed sequence of
+kernels over fixed buffers (the cache, the current tokens, the column counter), so it is
+captured once per (batch size, attention length) bucket and replayed; sampling (temperature,
+top-p) happens inside the graph. Rows share one cache column per step (prompts are left
+padded), so a step writes one column for every row. Finished rows stop costing compute:
+when at most half of a bucket is still live, the live rows move to the front of the cache
+and decoding continues at the next smaller bucket. Attention reads only the cache columns
+written so far, rounded up to a multiple of `KEY_BUCKET`.
+
+Other architectures (sliding-window attention, encoder-decoders, ...) fall back to
+`generate` in policy.py, as does `--sampler=hf`.
+"""
+import copy
+
+import torch
+import torch.nn.functional as F
+
+KEY_BUCKET = 512   # attention length granularity: cache columns read per step, rounded up
+CHECK_EVERY = 8    # decode steps between host checks of which rows have finished
+
+
+def decoder_parts(model):
+    """-> (base model, decoder core, LM head) of a plain or peft-wrapped causal LM."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base, base.get_decoder(), base.get_output_embeddings()
+
+
+def supported(model):
+    """True for the decoders our loop reproduces exactly: pre-norm layers with q/k/v/o
+    projections (optional biases, optional per-head q/k norms), rotary positions, full
+    attention in every layer, and an MLP module called as is."""
+    try:
+        base, core, head = decoder_parts(model)
+        if base.config.model_type not in ("llama", "qwen2", "qwen3", "mistral"):
+            return False
+        cfg = base.config
+        layer = core.layers[0]
+        a = layer.self_attn
+        needed = [core.embed_tokens, core.norm, core.rotary_emb, head, layer.input_layernorm,
+                  layer.post_attention_layernorm, layer.mlp, a.q_proj, a.k_proj, a.v_proj, a.o_proj]
+    except (AttributeError, IndexError, TypeError):
+        return False
+    windowed = getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True)
+    layer_types = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    return all(m is not None for m in needed) and not windowed and layer_types == {"full_attention"} \
+        and not getattr(cfg, "is_encoder_decoder", False)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def forward(core, ids, pos, cols, mask, ks, vs, n_keys):
+    """The decoder over S new tokens per row, with a cache. ids, pos: (B, S); cols: (S,)
+    the cache columns they are written to; mask: (B, 1, S, n_keys) bool, True = attend;
+    ks, vs: per layer (B, Hkv, L, hd) cache views. -> final hidden states (B, S, D)."""
+    h = core.embed_tokens(ids)
+    cos, sin = core.rotary_emb(h, pos)                       # (B, S, hd)
+    cos, sin = cos[:, None], sin[:, None]
+    B, S, _ = h.shape
+    for layer, K, V in zip(core.layers, ks, vs):
+        a = layer.self_attn
+        hd = a.head_dim
+        x = layer.input_layernorm(h)
+        q = a.q_proj(x).view(B, S, -1, hd)
+        k = a.k_proj(x).view(B, S, -1, hd)
+        v = a.v_proj(x).view(B, S, -1, hd).transpose(1, 2)   # (B, Hkv, S, hd)
+        if getattr(a, "q_norm", None) is not None:           # Qwen3: RMSNorm per head
+            q, k = a.q_norm(q), a.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        K.index_copy_(2, cols, k.to(K.dtype))
+        V.index_copy_(2, cols, v.to(V.dtype))
+        Kk, Vk = K[:, :, :n_keys], V[:, :, :n_keys]
+        H, Hkv = q.shape[1], K.shape[1]
+        G = H // Hkv
+        scale = getattr(a, "scaling", hd ** -0.5)
+        if S == 1:  # decode: the G query heads of a kv head become G query rows (no K/V copies)
+            o = F.scaled_dot_product_attention(q.reshape(B, Hkv, G, hd), Kk, Vk, attn_mask=mask, scale=scale)
+        else:       # prefill, once per batch: repeat K/V per query head
+            o = F.scaled_dot_product_attention(q, Kk.repeat_interleave(G, 1), Vk.repeat_interleave(G, 1),
+                                               attn_mask=mask, scale=scale)
+        h = h + a.o_proj(o.reshape(B, H, S, hd).transpose(1, 2).reshape(B, S, H * hd).to(h.dtype))
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+    return core.norm(h)
+
+
+def pick(logits, temperature, top_p):
+    """Sample one token per row. logits: (B, V) fp32 -> (tokens (B,), log-probs (B,)). The
+    log-prob is under the temperature-scaled full distribution, which is what the update
+    scores (top-p only narrows what may be drawn). Drawing by argmax(p / Exp(1)) is exact
+    and needs no host sync, so it can live inside a CUDA graph."""
+    if temperature <= 0:
+        tok = logits.argmax(-1)
+        return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
+    logp = torch.log_softmax(logits / temperature, -1)
+    p = logp.exp()
+    if top_p < 1.0:
+        sp, idx = p.sort(-1, descending=True)
+        cut = (sp.cumsum(-1) - sp) > top_p                    # the mass before it already exceeds top_p
+        p = p.scatter(-1, idx, sp.masked_fill(cut, 0.0))
+    tok = (p / torch.empty_like(p).exponential_()).argmax(-1)
+    return tok, logp.gather(-1, tok[:, None])[:, 0]
+
+
+class Decoder:
+    """The static cache, the per-step buffers and the captured graphs of one model."""
+
+    def __init__(self, model, max_batch, max_len, graphs):
+        self.model = model
+        _, self.core, self.head = decoder_parts(model)
+        self.dev, self.dtype = self.head.weight.device, self.head.weight.dtype
+        self.B, self.L = max_batch, max_len
+        self.graphs_on = graphs and self.dev.type == "cuda"
+        self.ks = self.vs = None
+        self.graphs, self.pool = {}, None
+        self.stop_set = None
+        self.compactions = 0   # how often finished rows were dropped (tests read it)
+
+    def _alloc(self):
+        if self.ks is not None:
+            return
+        a = self.core.layers[0].self_attn
+        shape = (self.B, decoder_parts(self.model)[0].config.num_key_value_heads, self.L, a.head_dim)
+        n = len(self.core.layers)
+        self.ks = [torch.zeros(shape, dtype=self.dtype, device=self.dev) for _ in range(n)]
+        self.vs = [torch.zeros(shape, dtype=self.dtype, device=self.dev) for _ in range(n)]
+        B, dev = self.B, self.dev
+        self.tok = torch.zeros(B, dtype=torch.long, device=dev)      # the last token of every row
+        self.start = torch.zeros(B, dtype=torch.long, device=dev)    # first real column of every row
+        self.col = torch.zeros(1, dtype=torch.long, device=dev)      # the column this step writes
+        self.done = torch.zeros(B, dtype=torch.bool, device=dev)
+        self.slot = torch.zeros(1, dtype=torch.long, device=dev)     # the output column this step fills
+        self.keys = torch.arange(self.L, device=dev)
+        self.out = self.outlp = self.stop = None
+
+    def _step(self, b, n_keys, temperature, top_p, stop, out, outlp, s):
+        """One decode step for the first b rows; everything it reads and writes is a fixed
+        buffer, so the same kernels can be replayed. s: (1,) the output slot."""
+        col = self.col
+        pos = (col - self.start[:b])[:, None]                                     # (b, 1)
+        keys = self.keys[:n_keys]
+        mask = ((keys >= self.start[:b, None]) & (keys <= col))[:, None, None]    # (b, 1, 1, n_keys)
+        h = forward(self.core, self.tok[:b, None], pos, col, mask,
+                    [k[:b] for k in self.ks], [v[:b] for v in self.vs], n_keys)
+        tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p)
+        self.tok[:b].copy_(tok)
+        out[:b].index_copy_(1, s, tok[:, None])
+        outlp[:b].index_copy_(1, s, lp[:, None])
+        self.done[:b] |= torch.isin(tok, stop)
+        col.add_(1)
+        s.add_(1)
+
+    def run_step(self, b, n_keys, args):
+        key = (b, n_keys) + tuple(args[:2])  # temperature and top_p are constants inside a graph
+        if not self.graphs_on:
+            return self._step(b, n_keys, *args)
+        g = self.graphs.get(key)
+        if g is not None:
+            return g.replay()
+        self._step(b, n_keys, *args)  # the real step doubles as the warm-up capture needs
+        g = torch.cuda.CUDAGraph()
+        self.pool = self.pool or torch.cuda.graph_pool_handle()
+        # capture records, it does not run: the buffers are untouched until replay
+        with torch.cuda.graph(g, pool=self.pool):
+            self._step(b, n_keys, *args)
+        self.graphs[key] = g
+
+    @torch.no_grad()
+    def sample(self, prompts, max_new, temperature, top_p, stop):
+        """Up to max_batch prompts (lists of ids) -> [(tokens, logps, finished)]."""
+        assert 0 < len(prompts) <= self.B
+        self._alloc()
+        n, W = len(prompts), max(len(p) for p in prompts)
+        max_new = min(max_new, self.L - W)
+        dev = self.dev
+        # graphs read these buffers by address: new ones (longer replies, other stop tokens)
+        # mean new graphs
+        if self.out is None or self.out.shape[1] < max_new or self.stop_set != set(stop):
+            self.out = torch.zeros(self.B, max(max_new, 1), dtype=torch.long, device=dev)
+            self.outlp = torch.zeros(self.B, max(max_new, 1), dtype=torch.float32, device=dev)
+            self.stop, self.stop_set = torch.tensor(sorted(set(stop)), device=dev), set(stop)
+            self.graphs.clear()
+        stop_t = self.stop
+        ids = torch.zeros(n, W, dtype=torch.long)
+        for r, p in enumerate(prompts):
+            ids[r, W - len(p):] = torch.tensor(p)
+        start = torch.tensor([W - len(p) for p in prompts])
+        self.start.zero_()[:n].copy_(start)
+        self.done.fill_(True)
+        self.done[:n] = False
+        self._prefill(ids.to(dev), n, W, temperature, top_p, stop_t)
+        rows = list(range(n))                # slot -> prompt index
+        results = [None] * n
+        b, steps = bucket(n, self.B), 1
+        self.col.fill_(W)
+        while steps < max_new:
+            n_keys = min(self.L, -(-(W + steps) // KEY_BUCKET) * KEY_BUCKET)
+            self.run_step(b, n_keys, (temperature, top_p, stop_t, self.out, self.outlp, self.slot))
+            steps += 1
+            if steps % CHECK_EVERY and steps < max_new:
+                continue
+            done = self.done[:len(rows)].tolist()
+            if all(done):
+                break
+            live = [i for i, d in enumerate(done) if not d]
+            if len(live) <= b // 2:
+                self._harvest(rows, done, results, steps)
+                self._compact(live, steps)
+                rows = [rows[i] for i in live]
+                b = bucket(len(rows), self.B)
+        self._harvest(rows, [True] * len(rows), results, steps)
+        return results
+
+    def _prefill(self, ids, n, W, temperature, top_p, stop):
+        """Run the prompts, a few rows at a time (the (rows, W, W) mask and the activations
+        stay small), writing cache columns 0..W-1; draw every row's first token."""
+        q = torch.arange(W, device=self.dev)
+        per = max(1, min(n, (1 << 24) // (W * W)))
+        for r0 in range(0, n, per):
+            r1 = min(n, r0 + per)
+            start = self.start[r0:r1, None]
+            pos = (q[None] - start).clamp(min=0)                                   # (r, W)
+            keys = q[None, None, :]
+            mask = (keys <= q[None, :, None]) & (keys >= start[:, :, None])
+            mask = (mask | (keys == q[None, :, None]))[:, None]                     # padding rows see themselves
+            h = forward(self.core, ids[r0:r1], pos, q, mask, [k[r0:r1] for k in self.ks],
+                        [v[r0:r1] for v in self.vs], W)
+            tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p)
+            self.tok[r0:r1] = tok
+            self.out[r0:r1, 0] = tok
+            self.outlp[r0:r1, 0] = lp
+            self.done[r0:r1] = torch.isin(tok, stop)
+        self.slot.fill_(1)
+
+    def _harvest(self, rows, done, results, steps):
+        out, lp = self.out[:len(rows), :steps].tolist(), self.outlp[:len(rows), :steps].tolist()
+        for r, (i, d) in enumerate(zip(rows, done)):
+            if d and results[i] is None:
+                results[i] = cut(out[r], lp[r], self.stop_set)
+
+    def _compact(self, live, steps):
+        """Move the live rows to the front of every buffer."""
+        self.compactions += 1
+        idx = torch.tensor(live, device=self.dev)
+        for buf in self.ks + self.vs + [self.tok, self.start, self.done, self.out, self.outlp]:
+            buf[:len(live)] = buf.index_select(0, idx)
+        self.done[len(live):] = True
+
+
+def cut(tokens, logps, stop):
+    """A row's output up to and including its first stop token -> (tokens, logps, finished).
+    logps may be None (Hugging Face generate does not give them)."""
+    k = next((i for i, t in enumerate(tokens) if t in stop), None)
+    if k is None:
+        return tokens, logps, False
+    return tokens[:k + 1], logps[:k + 1] if logps is not None else None, True
+
+
+def bucket(n, cap):
+    """The batch size a step runs at: the next power of two (capped), so few graphs exist."""
+    b = 1
+    while b < n:
+        b *= 2
+    return min(b, cap)
+
+
+class Sampler:
+    """What a stage samples with. A model training in fp32 on a GPU gets a bf16 copy (half the
+    memory traffic per decode step, no casts), refreshed from the training weights before
+    each sampling call; so does a model sharded with FSDP2 (every rank samples from whole
+    weights). A bf16 or CPU model, or a LoRA model (its base weights are frozen bf16
+    already), samples as it is. `fast` is False where our decoder does not apply:
+    the caller then uses Hugging Face generate on `model`."""
+
+    def __init__(self, model, cfg):
+        self.train_model, self.cfg = model, cfg
+        p = next(model.parameters())
+        gpu_fp32 = p.device.type == "cuda" and p.dtype == torch.float32 and not hasattr(model, "peft_config")
+        sharded = hasattr(p, "full_tensor")  # FSDP2: each rank samples from whole weights
+        gpu = p.device.type == "cuda"
+        self.model = whole_copy(model, torch.bfloat16 if gpu else p.dtype) if gpu_fp32 or sharded else model
+        self.fast = cfg["sampler"] == "auto" and supported(self.model)
+        self.decoder = Decoder(self.model, cfg["gen_batch"], cfg["max_len"], cfg["cuda_graphs"]) if self.fast else None
+
+    def refresh(self):
+        """Copy the training weights into the sampling copy (in place: captured graphs stay valid)."""
+        if self.model is self.train_model:
+            return
+        with torch.no_grad():
+            mine = dict(self.model.named_parameters())
+            for name, p in self.train_model.named_parameters():
+                mine[name].copy_(p.full_tensor() if hasattr(p, "full_tensor") else p)  # FSDP2 shards
+
+    def sample(self, prompts, max_new, temperature, top_p, stop):
+        """At most gen_batch prompts (id lists) -> [(tokens, logps, finished)]."""
+        was = self.model.training
+        self.model.eval()
+        try:
+            return self.decoder.sample(prompts, max_new, temperature, top_p, stop)
+        finally:
+            self.model.train(was)
+
+
+def whole_copy(model, dtype):
+    """A copy of a model in dtype, with whole weights even where the model's are FSDP2
+    shards, built without a temporary full-precision one: the module tree on the meta
+    device, then storage on the model's device, then the weights (and buffers) copied in."""
+    dev = next(model.parameters()).device
+    with torch.device("meta"):
+        twin = type(model)(model.config)
+    twin = twin.to(dtype=dtype).to_empty(device=dev)
+    twin.tie_weights()  # the conversions above untie a shared embedding / LM head
+    with torch.no_grad():
+        mine = dict(twin.named_parameters())
+        for name, p in model.named_parameters():
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            mine[name].copy_(full)
+        mine_b = dict(twin.named_buffers())
+        for name, b in model.named_buffers():   # rotary frequencies: fp32, as the original keeps them
+            if name in mine_b:
+                mine_b[name].data = b.detach().clone()
+    twin.generation_config = copy.deepcopy(model.generation_config)
+    return twin.eval().requires_grad_(False)
