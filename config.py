@@ -150,6 +150,18 @@ PRESETS = {
     "qwen1.5b": dict(model="Qwen/Qwen2.5-Coder-1.5B-Instruct", lr=1e-5, weight_decay=0.01, epochs=2,
                      batch_size=2, grad_accum=8, warmup=10, max_len=6144, max_new_tokens=3072,
                      temperature=0.8),
+    # A 7B coder model on one 80 GB GPU, every stage training LoRA adapters (rank 64) on the
+    # frozen bf16 base. Measured with random weights in this shape on an H100 (bench.py
+    # --what=policy): sampling 21 GB, a Stage 3 update 26 GB at peak.
+    "qwen7b-lora": dict(model="Qwen/Qwen2.5-Coder-7B-Instruct", lora_rank=64, lr=1e-4, st_lr=1e-4, crl_lr=2e-5,
+                        weight_decay=0.0, epochs=2, batch_size=2, grad_accum=8, warmup=10, max_len=6144,
+                        max_new_tokens=3072, temperature=0.8, gen_batch=32, crl_micro_batch=4, beta=0.04),
+    # Stage 3 full fine-tuning of a 7B model, sharded with FSDP2 over the GPUs of torchrun;
+    # start it from a LoRA Stage 2 (--init_from out/qwen7b-lora/selftrain): Stages 1-2 run
+    # in one process, where full fine-tuning of 7B does not fit. Measured on 2 H200s: a
+    # Stage 3 update 105 GB at peak per GPU.
+    "qwen7b-fsdp": dict(model="Qwen/Qwen2.5-Coder-7B-Instruct", fsdp=True, crl_lr=1e-6, weight_decay=0.0,
+                        max_len=6144, max_new_tokens=3072, gen_batch=32, crl_micro_batch=4, beta=0.04),
     # Full KernelBench problems are large; give them room.
     "kernelbench": dict(run_timeout=900.0, check_inputs=1),
 }

@@ -161,7 +161,7 @@ class Decoder:
         self.tok[:b].copy_(tok)
         out[:b].index_copy_(1, s, tok[:, None])
         outlp[:b].index_copy_(1, s, lp[:, None])
-        self.done[:b] |= torch.isin(tok, stop)
+        self.done[:b] |= (tok[:, None] == stop).any(-1)   # not isin: for many stop ids it syncs, which capture forbids
         col.add_(1)
         s.add_(1)
 
@@ -244,7 +244,7 @@ class Decoder:
             self.tok[r0:r1] = tok
             self.out[r0:r1, 0] = tok
             self.outlp[r0:r1, 0] = lp
-            self.done[r0:r1] = torch.isin(tok, stop)
+            self.done[r0:r1] = (tok[:, None] == stop).any(-1)
         self.slot.fill_(1)
 
     def _harvest(self, rows, done, results, steps):
@@ -280,20 +280,21 @@ def bucket(n, cap):
 
 
 class Sampler:
-    """What a stage samples with. A model training in fp32 on a GPU gets a bf16 copy (half the
-    memory traffic per decode step, no casts), refreshed from the training weights before
-    each sampling call; so does a model sharded with FSDP2 (every rank samples from whole
-    weights). A bf16 or CPU model, or a LoRA model (its base weights are frozen bf16
-    already), samples as it is. `fast` is False where our decoder does not apply:
-    the caller then uses Hugging Face generate on `model`."""
+    """What a stage samples with. On a GPU, a model training in fp32 gets a bf16 copy (half the
+    memory traffic per decode step, no casts), and so does a LoRA model (the adapters merged
+    in: no adapter matmuls per step) and a model sharded with FSDP2 (every rank samples from
+    whole weights); the copy is refreshed from the training weights before each sampling
+    call. Elsewhere (CPU, a bf16 inference model) the model samples as it is. `fast` is
+    False where our decoder does not apply: the caller then uses Hugging Face generate on
+    `model`."""
 
     def __init__(self, model, cfg):
         self.train_model, self.cfg = model, cfg
         p = next(model.parameters())
-        gpu_fp32 = p.device.type == "cuda" and p.dtype == torch.float32 and not hasattr(model, "peft_config")
-        sharded = hasattr(p, "full_tensor")  # FSDP2: each rank samples from whole weights
         gpu = p.device.type == "cuda"
-        self.model = whole_copy(model, torch.bfloat16 if gpu else p.dtype) if gpu_fp32 or sharded else model
+        sharded = hasattr(p, "full_tensor")
+        needs_copy = sharded or gpu and (p.dtype == torch.float32 or hasattr(model, "peft_config"))
+        self.model = whole_copy(model, torch.bfloat16 if gpu else p.dtype) if needs_copy else model
         self.fast = cfg["sampler"] == "auto" and supported(self.model)
         self.decoder = Decoder(self.model, cfg["gen_batch"], cfg["max_len"], cfg["cuda_graphs"]) if self.fast else None
 
@@ -303,8 +304,8 @@ class Sampler:
             return
         with torch.no_grad():
             mine = dict(self.model.named_parameters())
-            for name, p in self.train_model.named_parameters():
-                mine[name].copy_(p.full_tensor() if hasattr(p, "full_tensor") else p)  # FSDP2 shards
+            for name, w in whole_weights(self.train_model):
+                mine[name].copy_(w)
 
     def sample(self, prompts, max_new, temperature, top_p, stop):
         """At most gen_batch prompts (id lists) -> [(tokens, logps, finished)]."""
@@ -316,23 +317,43 @@ class Sampler:
             self.model.train(was)
 
 
+def whole_weights(model):
+    """(name, tensor) for every weight of the plain model a training model stands for:
+    FSDP2 shards gathered (a collective: every rank must call), LoRA adapters merged into
+    their base layers (W + scale * B @ A), names as the plain model has them."""
+    if not hasattr(model, "peft_config"):
+        for name, p in model.named_parameters():
+            yield name, p.full_tensor() if hasattr(p, "full_tensor") else p
+        return
+    inner = model.get_base_model()
+    merged = {}
+    for name, mod in inner.named_modules():
+        if hasattr(mod, "base_layer") and hasattr(mod, "get_delta_weight"):
+            w = mod.base_layer.weight
+            delta = sum((mod.get_delta_weight(a) for a in mod.active_adapters if a in mod.lora_A), torch.zeros((), device=w.device))
+            merged[f"{name}.base_layer.weight"] = w + delta.to(w.dtype)
+    for name, p in inner.named_parameters():
+        if "lora_" not in name:
+            yield name.replace(".base_layer", ""), merged.get(name, p)
+
+
 def whole_copy(model, dtype):
-    """A copy of a model in dtype, with whole weights even where the model's are FSDP2
-    shards, built without a temporary full-precision one: the module tree on the meta
+    """A plain copy of a training model in dtype (whole_weights: shards gathered, adapters
+    merged), built without a temporary full-precision one: the module tree on the meta
     device, then storage on the model's device, then the weights (and buffers) copied in."""
+    base = model.get_base_model() if hasattr(model, "peft_config") else model
     dev = next(model.parameters()).device
     with torch.device("meta"):
-        twin = type(model)(model.config)
+        twin = type(base)(base.config)
     twin = twin.to(dtype=dtype).to_empty(device=dev)
     twin.tie_weights()  # the conversions above untie a shared embedding / LM head
     with torch.no_grad():
         mine = dict(twin.named_parameters())
-        for name, p in model.named_parameters():
-            full = p.full_tensor() if hasattr(p, "full_tensor") else p
-            mine[name].copy_(full)
+        for name, w in whole_weights(model):
+            mine[name].copy_(w)
         mine_b = dict(twin.named_buffers())
-        for name, b in model.named_buffers():   # rotary frequencies: fp32, as the original keeps them
+        for name, b in base.named_buffers():   # rotary frequencies: fp32, as the original keeps them
             if name in mine_b:
                 mine_b[name].data = b.detach().clone()
-    twin.generation_config = copy.deepcopy(model.generation_config)
+    twin.generation_config = copy.deepcopy(base.generation_config)
     return twin.eval().requires_grad_(False)

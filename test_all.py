@@ -96,7 +96,8 @@ def test_every_script_answers_help(script, capsys):
             title, group = config.SETTINGS[name]
             assert title in text and all(f"--{k}=" in text for k in group)
     read = {k for name in SCRIPTS[script] for k in config.SETTINGS[name][1]}
-    assert ("crl_steps" in read) == (script == "crl") and ("samples" in read) == (script == "evaluate")
+    # Stage 3 settings: crl.py, and bench.py --what=policy (a Stage 3 step's sampling and update)
+    assert ("crl_steps" in read) == (script in ("crl", "bench")) and ("samples" in read) == (script == "evaluate")
     if script == "evaluate":  # the real command line, which used to answer "--help needs a value"
         r = subprocess.run([sys.executable, "evaluate.py", "--help"], cwd=HERE, capture_output=True, text=True)
         assert r.returncode == 0 and "--exemplars_db=" in r.stdout, r.stderr
@@ -737,6 +738,9 @@ def test_lora_trains_adapters_and_checkpoints_load_plainly(tiny, tmp_path):
         after = policy.completion_logprobs(model, ids, mask)
         assert (after - before).abs().max() > 1e-2            # the adapters learned
         assert torch.equal(ref(ids, mask, 1.0), before)        # the reference did not move
+        merged_copy = sampler.whole_copy(model, torch.float32)  # what a GPU samples from (there bf16)
+        assert not hasattr(merged_copy, "peft_config")
+        assert torch.allclose(policy.completion_logprobs(merged_copy, ids, mask), after, atol=1e-5)
     out = str(tmp_path / "ck")
     os.makedirs(out)
     policy.save_checkpoint(out, model, tok, opt, 3, cfg)
