@@ -257,7 +257,7 @@ def policy_bench(cfg):
             say(f"{shape:6s} {mode:5s} {f('params', '7.2e')} {f('trainable', '7.2e')} {f('tok_s_first', '9.0f')} "
                 f"{f('tok_s', '7.0f')} {f('gb_sample', '9.1f')} {f('update_s', '8.1f')} {f('gb_update', '9.1f')}",
                 flush=True)
-    common.dist_teardown(world)
+    common.dist_teardown()
     return rows
 
 

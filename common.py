@@ -22,19 +22,28 @@ import prompts
 
 def dist_setup(cfg):
     """-> (rank, world, cfg for this rank). WORLD_SIZE > 1: join the process group, take
-    GPU LOCAL_RANK for the policy and for timing, and a share of the compile workers."""
+    GPU LOCAL_RANK for the policy and for timing, and a share of the compile workers. A
+    second call (crl.py running Stages 1 and 2 first) finds the group joined and the cfg
+    already set up."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1, cfg
     import torch.distributed as dist
+    if dist.is_initialized():
+        return dist.get_rank(), world, cfg
+    import datetime
     local = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available() and cfg["device"] != "cpu"
+    # ranks legitimately wait a long time for each other: rank 0 asking teachers and judging
+    # Stage 1's dataset, a rank judging slow candidates; the default 10-30 minutes would kill
+    # such a run
+    timeout = datetime.timedelta(hours=6)
     if cuda:
         torch.cuda.set_device(local)
         # naming the device up front lets NCCL map ranks to GPUs without guessing
-        dist.init_process_group("nccl", device_id=torch.device(f"cuda:{local}"))
+        dist.init_process_group("nccl", device_id=torch.device(f"cuda:{local}"), timeout=timeout)
     else:
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", timeout=timeout)
     # each rank on its own slice of this host's cores, so its timing workers never share a
     # core with another rank's (the evaluator pins them to the last cores it is given)
     cores = sorted(os.sched_getaffinity(0))
@@ -46,9 +55,10 @@ def dist_setup(cfg):
     return dist.get_rank(), world, cfg
 
 
-def dist_teardown(world):
-    if world > 1:
-        import torch.distributed as dist
+def dist_teardown():
+    """Leave the process group, if this process joined one (a script's last step)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
 

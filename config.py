@@ -63,7 +63,7 @@ SETTINGS = {
         lora_rank=(0, "train LoRA adapters of this rank instead of all weights (0 = full fine-tuning)"),
         lora_alpha=(0.0, "LoRA scale numerator (0 = 2 x lora_rank)"),
         lora_targets=("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "modules that get adapters"),
-        fsdp=(False, "under torchrun: shard weights, gradients, optimizer state over ranks (FSDP2; Stage 3)"),
+        fsdp=(False, "under torchrun: shard weights, gradients, optimizer state over ranks (FSDP2)"),
         grad_ckpt=("auto", "gradient checkpointing: auto (on above 100M parameters) | on | off"),
         gen_batch=(8, "sequences sampled together (one batch of the decoder)"),
         sampler=("auto", "auto: our static-cache decoder for Llama/Qwen/Mistral models, else HF generate | hf"),
@@ -156,12 +156,12 @@ PRESETS = {
     "qwen7b-lora": dict(model="Qwen/Qwen2.5-Coder-7B-Instruct", lora_rank=64, lr=1e-4, st_lr=1e-4, crl_lr=2e-5,
                         weight_decay=0.0, epochs=2, batch_size=2, grad_accum=8, warmup=10, max_len=6144,
                         max_new_tokens=3072, temperature=0.8, gen_batch=32, crl_micro_batch=4, beta=0.04),
-    # Stage 3 full fine-tuning of a 7B model, sharded with FSDP2 over the GPUs of torchrun;
-    # start it from a LoRA Stage 2 (--init_from out/qwen7b-lora/selftrain): Stages 1-2 run
-    # in one process, where full fine-tuning of 7B does not fit. Measured on 2 H200s: a
-    # Stage 3 update 105 GB at peak per GPU.
-    "qwen7b-fsdp": dict(model="Qwen/Qwen2.5-Coder-7B-Instruct", fsdp=True, crl_lr=1e-6, weight_decay=0.0,
-                        max_len=6144, max_new_tokens=3072, gen_batch=32, crl_micro_batch=4, beta=0.04),
+    # Full fine-tuning of a 7B model in every stage, sharded with FSDP2 over torchrun's GPUs
+    # (torchrun --nproc_per_node=N <stage>.py --config qwen7b-fsdp). Measured with random
+    # weights in this shape on 2 H200s: a Stage 3 update 105 GB at peak per GPU.
+    "qwen7b-fsdp": dict(model="Qwen/Qwen2.5-Coder-7B-Instruct", fsdp=True, lr=1e-5, st_lr=1e-5, crl_lr=1e-6,
+                        weight_decay=0.0, epochs=2, batch_size=1, grad_accum=8, warmup=10, max_len=6144,
+                        max_new_tokens=3072, temperature=0.8, gen_batch=32, crl_micro_batch=4, beta=0.04),
     # Full KernelBench problems are large; give them room.
     "kernelbench": dict(run_timeout=900.0, check_inputs=1),
 }

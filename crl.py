@@ -137,31 +137,28 @@ def plot_curves(log_path, png_path):
 # Stage 3
 
 
-def run_earlier_stages(cfg):
-    """The one-command pipeline: run Stage 1 and Stage 2 when their checkpoints are missing."""
+def run_earlier_stages(cfg, rank=0):
+    """The one-command pipeline: run Stage 1 and Stage 2 when their checkpoints are missing
+    (under torchrun on every rank, as their own scripts would)."""
     for name, module in (("Stage 1", sft), ("Stage 2", selftrain)):
         stage = module.__name__
         if not policy.is_done(common.stage_dir(cfg, stage)):
-            print(f"crl: no finished {name} checkpoint in {common.stage_dir(cfg, stage)}: "
-                  f"running {name} ({stage}.py) first")
+            if rank == 0:
+                print(f"crl: no finished {name} checkpoint in {common.stage_dir(cfg, stage)}: "
+                      f"running {name} ({stage}.py) first")
             module.run(cfg)
     return common.stage_dir(cfg, "selftrain")
 
 
 def run(cfg):
     rank, world, cfg = common.dist_setup(cfg)
-    # Stage 3 samples (and scores log-probs) at its own temperature: a group whose G samples
-    # are all the same variant has zero spread and teaches nothing
-    cfg = dict(cfg, temperature=cfg["crl_temperature"])
     if cfg["exemplars"] not in ("bucket", "random"):
         raise ValueError(f"--exemplars is bucket or random, not {cfg['exemplars']!r}")
-    if cfg["init_from"]:
-        start_from = cfg["init_from"]
-    elif rank == 0:
-        start_from = run_earlier_stages(cfg)
-    else:
-        start_from = common.stage_dir(cfg, "selftrain")
-    common.barrier(world)  # rank 0 ran the earlier stages
+    start_from = cfg["init_from"] or run_earlier_stages(cfg, rank)
+    # Stage 3 samples (and scores log-probs) at its own temperature: a group whose G samples
+    # are all the same variant has zero spread and teaches nothing. (Stages 1-2 above keep
+    # `temperature`, as when run on their own.)
+    cfg = dict(cfg, temperature=cfg["crl_temperature"])
     # a Stage 3 checkpoint is never marked finished: more steps can always follow
     out, _ = common.start_stage(cfg, "crl" if cfg["exemplars"] == "bucket" else f"crl-{cfg['exemplars']}",
                                 write_config=rank == 0)
@@ -169,7 +166,7 @@ def run(cfg):
         model, tok, state = policy.load_checkpoint(out, cfg)
         if state["step"] >= cfg["crl_steps"]:
             print(f"crl: {out} has run its {state['step']} steps (raise --crl_steps to go on, or delete it)")
-            common.dist_teardown(world)
+            common.dist_teardown()
             return out
         print(f"crl: resuming after step {state['step']}")
     else:  # a stage's checkpoint, a model folder or a hub name
@@ -210,7 +207,7 @@ def run(cfg):
     if rank == 0:
         summarize_db(db, tasks)
         print(f"crl: {step} steps in {time.time() - t_start:.0f} s; checkpoint, database and logs in {out}")
-    common.dist_teardown(world)
+    common.dist_teardown()
     return out
 
 

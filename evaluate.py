@@ -256,7 +256,7 @@ def run(cfg):
                 summary = report(verdicts)
                 if any(s.score is not None for _, s in p.pairs):  # an audit of published numbers
                     summary["audit"] = audit(p.pairs, verdicts)
-    common.dist_teardown(world)
+    common.dist_teardown()
     if rank != 0:  # rank 0 reports and writes
         return verdicts, None
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -3,6 +3,7 @@ README "How it works").
 
     python selftrain.py --config small                       # from out/small/sft
     python selftrain.py --config small --init_from out/small/sft --st_rounds 5
+    torchrun --nproc_per_node=2 selftrain.py --config qwen7b-fsdp     # each rank samples a share
 
 Each round samples `st_samples` responses per task from the current model, judges them
 (correctness only: speed is ignored at this stage), keeps the successes (one per source
@@ -26,12 +27,15 @@ import sft
 import taskset
 
 
-def sample_round(cfg, smp, tok, tasks, ev, rnd, out):
+def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1):
     """Sample (smp: a sampler.Sampler of the model in training) and judge one round
-    -> (successes, success rate)."""
+    -> (successes, success rate). Under torchrun each rank samples and judges every
+    world-th task; every rank gets all successes back."""
+    tasks = tasks[rank::world]
     msgs = [prompts.task_prompt(t.code, ev.backend) for t in tasks]
     t0 = time.time()
-    outs = policy.generate(smp, tok, msgs, cfg, n=cfg["st_samples"], desc=f"round {rnd} sampling")
+    outs = policy.generate(smp, tok, msgs, cfg, n=cfg["st_samples"], desc=f"round {rnd} sampling",
+                           progress=cfg["progress"] and rank == 0)
     flat = [(t, s) for t, group in zip(tasks, outs) for s in group]
     t1 = time.time()
     judged = common.judge_responses(ev, [(t, s.text) for t, s in flat], f"round {rnd} judging")
@@ -44,24 +48,32 @@ def sample_round(cfg, smp, tok, tasks, ev, rnd, out):
             succ.append(dict(task=task.name, task_code=task.code, source_hash=v.source_hash, round=rnd,
                              prompt=msgs[tasks.index(task)], prompt_ids=s.prompt_ids, completion_ids=s.ids,
                              completion=s.text, code=p.code))
-    os.makedirs(os.path.join(out, "samples"), exist_ok=True)
-    common.write_jsonl(os.path.join(out, "samples", f"round_{rnd}.jsonl"), rows)
-    common.append_jsonl(os.path.join(out, "candidates.jsonl"), [{k: v for k, v in r.items() if k != "text"} for r in rows])
-    rate = sum(v.ok for _, v in judged) / max(1, len(judged))
-    print(f"selftrain round {rnd}: {sum(v.ok for _, v in judged)}/{len(judged)} correct ({100 * rate:.0f}%), "
-          f"{len(succ)} distinct | sampling {t1 - t0:.0f} s, judging {time.time() - t1:.0f} s")
+    if world > 1:  # every rank's rows and successes, in rank order
+        parts = common.all_gather((rows, succ), world)
+        rows, succ = [r for p in parts for r in p[0]], [s for p in parts for s in p[1]]
+    ok = sum(r["status"] == "ok" for r in rows)
+    rate = ok / max(1, len(rows))
+    if rank == 0:
+        os.makedirs(os.path.join(out, "samples"), exist_ok=True)
+        common.write_jsonl(os.path.join(out, "samples", f"round_{rnd}.jsonl"), rows)
+        common.append_jsonl(os.path.join(out, "candidates.jsonl"),
+                            [{k: v for k, v in r.items() if k != "text"} for r in rows])
+        print(f"selftrain round {rnd}: {ok}/{len(rows)} correct ({100 * rate:.0f}%), "
+              f"{len(succ)} distinct | sampling {t1 - t0:.0f} s, judging {time.time() - t1:.0f} s")
     return succ, rate
 
 
 def run(cfg):
     """Stage 2 end to end -> the checkpoint folder. Reuses a finished stage."""
-    out, finished = common.start_stage(cfg, "selftrain")
+    rank, world, cfg = common.dist_setup(cfg)
+    out, finished = common.start_stage(cfg, "selftrain", write_config=rank == 0)
     if finished:
         return out
     start_from = cfg["init_from"] or common.stage_dir(cfg, "sft")
     if policy.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
-        print(f"selftrain: resuming after round {state['extra']['round']}")
+        if rank == 0:
+            print(f"selftrain: resuming after round {state['extra']['round']}")
     elif policy.has_checkpoint(start_from):
         model, tok, _ = policy.load_checkpoint(start_from, cfg)
         state = dict(extra=dict(round=0, rates=[]))
@@ -71,34 +83,43 @@ def run(cfg):
     extra = state["extra"]
     tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
     t0 = time.time()
-    smp = sampler.Sampler(model, cfg)
-    with kernels.Evaluator(cfg, time_candidates=False) as ev:
+    model = policy.prepare(model, cfg, world)  # FSDP2 shards under torchrun with --fsdp
+    smp = sampler.Sampler(policy.unwrap(model), cfg)
+    with kernels.Evaluator(cfg, time_candidates=False, progress=cfg["progress"] and rank == 0) as ev:
         while extra["round"] < cfg["st_rounds"]:
             rnd = extra["round"] + 1
-            succ, rate = sample_round(cfg, smp, tok, tasks, ev, rnd, out)
-            common.append_jsonl(os.path.join(out, "successes.jsonl"),
-                                [{k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")} for s in succ])
+            succ, rate = sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank, world)
+            if rank == 0:
+                common.append_jsonl(os.path.join(out, "successes.jsonl"),
+                                    [{k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")}
+                                     for s in succ])
             rates = extra["rates"] + [rate]
             if len(rates) > 1 and rate <= rates[-2]:  # the success rate stopped rising: stop here
-                print(f"selftrain: success rate {100 * rate:.0f}% did not rise over {100 * rates[-2]:.0f}%; stopping")
+                if rank == 0:
+                    print(f"selftrain: success rate {100 * rate:.0f}% did not rise over {100 * rates[-2]:.0f}%; "
+                          f"stopping")
                 extra = dict(extra, rates=rates, round=rnd, stopped=True)
                 break
             if succ:
                 # a fresh optimizer and schedule per round (the data changes every round)
                 opt, _ = sft.finetune(cfg, succ, out, model, tok, dict(extra=extra), cfg["st_epochs"],
-                                      cfg["st_lr"], tag=f"selftrain r{rnd}")
+                                      cfg["st_lr"], tag=f"selftrain r{rnd}", rank=rank, world=world)
             else:
                 opt = None
             extra = dict(extra, rates=rates, round=rnd)
-            policy.save_checkpoint(out, model, tok, opt, 0, cfg, extra)
-    policy.save_checkpoint(out, model, tok, None, 0, cfg, dict(extra, done=True))
-    print(f"selftrain: success rate by round {[round(r, 2) for r in extra['rates']]}; checkpoint in {out} "
-          f"({time.time() - t0:.0f} s)")
+            policy.save_checkpoint(out, model, tok, opt, 0, cfg, extra, write=rank == 0)
+    policy.save_checkpoint(out, model, tok, None, 0, cfg, dict(extra, done=True), write=rank == 0)
+    common.barrier(world)  # the checkpoint is on disk before any rank goes on
+    if rank == 0:
+        print(f"selftrain: success rate by round {[round(r, 2) for r in extra['rates']]}; checkpoint in {out} "
+              f"({time.time() - t0:.0f} s)")
     return out
 
 
 def main(argv=None):
-    return config.cli(run, argv, "selftrain.py", __doc__, config.STAGE2)
+    out = config.cli(run, argv, "selftrain.py", __doc__, config.STAGE2)
+    common.dist_teardown()
+    return out
 
 
 if __name__ == "__main__":

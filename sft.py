@@ -5,6 +5,7 @@
     python sft.py --config small --teachers builtin,file:cuda_l1.jsonl
     python sft.py --config qwen1.5b --teachers openai:http://localhost:8000/v1 --teacher_model my-coder
     python sft.py --config small --model /path/to/Qwen2.5-Coder-7B-Instruct --teachers hf:/path/to/teacher
+    torchrun --nproc_per_node=2 sft.py --config qwen7b-fsdp --teachers file:teacher_samples.jsonl   # FSDP2
 
 Each teacher answers the Stage 1 prompt for every task, up to `attempts` times; kernels.py
 keeps what compiles and is correct (speed is not measured); at most `keep` distinct
@@ -12,7 +13,9 @@ variants per task per teacher become the dataset; the student is fine-tuned on t
 on completion tokens only. Writes out/<config>/sft/: the checkpoint (Hugging Face format
 plus train_state.pt), data.jsonl (the dataset), candidates.jsonl (every candidate judged),
 log.jsonl (one line per step), run_config.json. Killed? Run the same command again: the
-dataset is reused and training resumes from the last checkpoint.
+dataset is reused and training resumes from the last checkpoint. Under torchrun, rank 0
+builds the dataset and every rank trains on its share of each step's batches (the weights
+replicated, or sharded with --fsdp).
 """
 import json
 import math
@@ -236,55 +239,75 @@ def sft_loss(logp, mask):
     return -(logp * mask).sum() / mask.sum().clamp(min=1)
 
 
-def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft"):
+def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, world=1):
     """Fine-tune on [dict(prompt, completion)] for `epochs`; checkpoints every `ckpt_every`
     steps and on Ctrl-C (the caller saves the final one). A resumed run continues at its
-    step with the same batch order. -> (optimizer, steps): the optimizer's state goes into
-    later checkpoints."""
+    step with the same batch order. Under torchrun (model from policy.prepare: replicated,
+    or FSDP2 shards) a step's grad_accum x world micro-batches are split over the ranks, so
+    the steps are those of one process with grad_accum x world. -> (optimizer, steps): the
+    optimizer's state goes into later checkpoints."""
     import torch
     dev = next(model.parameters()).device
     batches = schedule(data, cfg, max(1, epochs))
-    total = math.ceil(len(batches) / cfg["grad_accum"])
+    per_step = cfg["grad_accum"] * world
+    total = math.ceil(len(batches) / per_step)
     opt = common.optimizer(model, lr, cfg, state)
     start = state.get("step", 0)
     extra = dict(state.get("extra") or {}, done=False)
     model.train()
     step = start
-    with open(os.path.join(out, "log.jsonl"), "a") as logf:
-        try:
-            for step in range(start, total):
-                t0, tokens, loss_sum = time.time(), 0, 0.0
-                for g in opt.param_groups:
-                    g["lr"] = lr_at(step, total, cfg["warmup"], lr)
-                for batch in batches[step * cfg["grad_accum"]:(step + 1) * cfg["grad_accum"]]:
-                    b = {k: v.to(dev) for k, v in policy.sft_batch(tok, batch, cfg["max_len"]).items()}
-                    logp = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"])
-                    loss = sft_loss(logp, b["completion_mask"][:, 1:].float())
-                    (loss / cfg["grad_accum"]).backward()
-                    loss_sum += loss.item() / cfg["grad_accum"]
-                    tokens += int(b["attention_mask"].sum())
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                dt = time.time() - t0
-                rec = dict(stage=tag, step=step + 1, loss=round(loss_sum, 4), lr=opt.param_groups[0]["lr"],
-                           grad_norm=round(float(norm), 3), tok_s=round(tokens / dt), s=round(dt, 2))
+    logf = open(os.path.join(out, "log.jsonl"), "a") if rank == 0 else None
+    try:
+        for step in range(start, total):
+            t0, tokens, loss_sum = time.time(), 0, 0.0
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, total, cfg["warmup"], lr)
+            group = batches[step * per_step:(step + 1) * per_step]
+            mine = [(b, 1.0) for b in group[rank::world]]
+            # every rank runs as many forward/backward passes (FSDP2's collectives pair up);
+            # a rank short of batches repeats one with weight 0
+            mine += [(group[0], 0.0)] * (math.ceil(len(group) / world) - len(mine))
+            for batch, weight in mine:
+                b = {k: v.to(dev) for k, v in policy.sft_batch(tok, batch, cfg["max_len"]).items()}
+                logp = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"])
+                loss = sft_loss(logp, b["completion_mask"][:, 1:].float())
+                (loss * weight / per_step).backward()
+                loss_sum += weight * loss.item() / per_step
+                tokens += int(weight * b["attention_mask"].sum())
+            common.all_reduce_grads(model, world)
+            norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
+                                                  cfg["grad_clip"])
+            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if world > 1:  # the step's loss and tokens over all ranks
+                loss_sum, tokens = (sum(x) for x in zip(*common.all_gather((loss_sum, tokens), world)))
+            dt = time.time() - t0
+            rec = dict(stage=tag, step=step + 1, loss=round(loss_sum, 4), lr=opt.param_groups[0]["lr"],
+                       grad_norm=round(float(norm), 3), tok_s=round(tokens / dt), s=round(dt, 2))
+            if logf:
                 logf.write(json.dumps(rec) + "\n")
-                if step % cfg["log_every"] == 0 or step + 1 == total:
-                    print(f"{tag} step {step + 1}/{total} | loss {loss_sum:.4f} | lr {rec['lr']:.2e} | "
-                          f"grad {rec['grad_norm']:.2f} | {rec['tok_s']} tok/s | {dt:.2f} s", flush=True)
-                if (step + 1) % cfg["ckpt_every"] == 0 and step + 1 < total:
-                    policy.save_checkpoint(out, model, tok, opt, step + 1, cfg, extra)
-        except KeyboardInterrupt:
-            policy.save_checkpoint(out, model, tok, opt, step, cfg, extra)
-            sys.exit(f"\n{tag}: interrupted at step {step}; checkpoint saved in {out}; run the same command to resume")
+                logf.flush()
+            if rank == 0 and (step % cfg["log_every"] == 0 or step + 1 == total):
+                print(f"{tag} step {step + 1}/{total} | loss {loss_sum:.4f} | lr {rec['lr']:.2e} | "
+                      f"grad {rec['grad_norm']:.2f} | {rec['tok_s']} tok/s | {dt:.2f} s", flush=True)
+            if (step + 1) % cfg["ckpt_every"] == 0 and step + 1 < total:
+                policy.save_checkpoint(out, model, tok, opt, step + 1, cfg, extra, write=rank == 0)
+    except KeyboardInterrupt:
+        policy.save_checkpoint(out, model, tok, opt, step, cfg, extra, write=rank == 0)
+        sys.exit(f"\n{tag}: interrupted at step {step}; checkpoint saved in {out}; run the same command to resume")
+    finally:
+        if logf:
+            logf.close()
     return opt, total
 
 
 def run(cfg):
-    """Stage 1 end to end -> the checkpoint folder. Reuses a finished stage."""
+    """Stage 1 end to end -> the checkpoint folder. Reuses a finished stage. Under torchrun
+    rank 0 asks the teachers and judges their samples; every rank trains (policy.prepare)."""
     import torch
-    out, finished = common.start_stage(cfg, "sft")
+    rank, world, cfg = common.dist_setup(cfg)
+    out, finished = common.start_stage(cfg, "sft", write_config=rank == 0)
     if finished:
         return out
     torch.manual_seed(cfg["seed"])
@@ -293,32 +316,45 @@ def run(cfg):
     data_path = os.path.join(out, "data.jsonl")
     if os.path.exists(data_path):  # resume: the dataset was built by an earlier run
         data = common.read_jsonl(data_path)
-        print(f"sft: dataset of {len(data)} examples from {data_path}")
+        if rank == 0:
+            print(f"sft: dataset of {len(data)} examples from {data_path}")
     else:
-        with kernels.Evaluator(cfg, time_candidates=False) as ev:
-            print(f"sft: judging teacher samples on backend {ev.backend} (correctness only)")
-            data = build_dataset(cfg, tasks, ev, out)
-        if cfg["sft_exemplars"]:
-            data = time_kept(cfg, data)
-        if not data:
+        if rank == 0:
+            with kernels.Evaluator(cfg, time_candidates=False) as ev:
+                print(f"sft: judging teacher samples on backend {ev.backend} (correctness only)")
+                data = build_dataset(cfg, tasks, ev, out)
+            if cfg["sft_exemplars"]:
+                data = time_kept(cfg, data)
+            if data:
+                common.write_jsonl(data_path, data)
+                print(f"sft: dataset of {len(data)} examples -> {data_path} ({time.time() - t0:.0f} s)")
+        common.barrier(world)
+        if not os.path.exists(data_path):
             sys.exit("sft: no teacher sample passed the evaluator; nothing to train on")
-        common.write_jsonl(data_path, data)
-        print(f"sft: dataset of {len(data)} examples -> {data_path} ({time.time() - t0:.0f} s)")
+        data = common.read_jsonl(data_path)
     if policy.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
-        print(f"sft: resuming from step {state.get('step', 0)}")
+        if rank == 0:
+            print(f"sft: resuming from step {state.get('step', 0)}")
     else:
         model, tok = policy.load(cfg, cfg["init_from"] or None, train=True)
         state = {}
-    print(f"sft: {policy.count_params(model) / 1e6:.1f}M parameters, {len(data)} examples, {cfg['epochs']} epochs")
-    opt, steps = finetune(cfg, data, out, model, tok, state, cfg["epochs"], cfg["lr"])
-    policy.save_checkpoint(out, model, tok, opt, steps, cfg, dict(done=True))
-    print(f"sft: {steps} steps, checkpoint in {out} ({time.time() - t0:.0f} s)")
+    if rank == 0:
+        print(f"sft: {policy.count_params(model) / 1e6:.1f}M parameters, {len(data)} examples, {cfg['epochs']} epochs"
+              + f", {world} ranks" * (world > 1))
+    model = policy.prepare(model, cfg, world)
+    opt, steps = finetune(cfg, data, out, model, tok, state, cfg["epochs"], cfg["lr"], rank=rank, world=world)
+    policy.save_checkpoint(out, model, tok, opt, steps, cfg, dict(done=True), write=rank == 0)
+    common.barrier(world)  # the checkpoint is on disk before any rank goes on
+    if rank == 0:
+        print(f"sft: {steps} steps, checkpoint in {out} ({time.time() - t0:.0f} s)")
     return out
 
 
 def main(argv=None):
-    return config.cli(run, argv, "sft.py", __doc__, config.STAGE1)
+    out = config.cli(run, argv, "sft.py", __doc__, config.STAGE1)
+    common.dist_teardown()
+    return out
 
 
 if __name__ == "__main__":
