@@ -326,15 +326,16 @@ def whole_weights(model):
             yield name, p.full_tensor() if hasattr(p, "full_tensor") else p
         return
     inner = model.get_base_model()
-    merged = {}
-    for name, mod in inner.named_modules():
-        if hasattr(mod, "base_layer") and hasattr(mod, "get_delta_weight"):
-            w = mod.base_layer.weight
-            delta = sum((mod.get_delta_weight(a) for a in mod.active_adapters if a in mod.lora_A), torch.zeros((), device=w.device))
-            merged[f"{name}.base_layer.weight"] = w + delta.to(w.dtype)
+    modules = dict(inner.named_modules())
     for name, p in inner.named_parameters():
-        if "lora_" not in name:
-            yield name.replace(".base_layer", ""), merged.get(name, p)
+        if "lora_" in name:
+            continue
+        mod = modules.get(name[:-len(".base_layer.weight")]) if name.endswith(".base_layer.weight") else None
+        if mod is not None and hasattr(mod, "get_delta_weight"):  # one merged weight at a time
+            for a in mod.active_adapters:
+                if a in mod.lora_A:
+                    p = p + mod.get_delta_weight(a).to(p.dtype)
+        yield name.replace(".base_layer", ""), p
 
 
 def whole_copy(model, dtype):
