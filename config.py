@@ -47,6 +47,7 @@ SETTINGS = {
         suspicious_speedup=(10.0, "speedups above this are measured again, longer"),
         baseline=("eager", "eager | compile: what the reference is timed as"),
         time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),
+        sandbox=(True, "box candidates (sandbox.py); false only to measure what the box costs"),
     )),
     "model": ("the policy (policy.py)", dict(
         model=("", "\"\" = the tiny built-in model; a local path or hub name; random:<shape> (bench.py)"),

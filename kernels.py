@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 import config
+import sandbox
 import taskset
 
 
@@ -420,8 +421,12 @@ class Evaluator:
         import worker
         self.worker = worker
         self.ctx.set_forkserver_preload(["torch", "worker"])
+        sandbox.start_forkserver()
         self.env = {"KERNELS_BACKEND": self.backend, "CUDAL1_CACHE": self.cache, "MAX_JOBS": "2",
-                    "KERNELS_COMPILE_TIMEOUT": str(self.cfg["compile_timeout"])}
+                    "KERNELS_COMPILE_TIMEOUT": str(self.cfg["compile_timeout"]),
+                    # compiler caches in the build cache (a worker may write nowhere else)
+                    "TRITON_CACHE_DIR": os.path.join(self.cache, "triton"),
+                    "TORCHINDUCTOR_CACHE_DIR": os.path.join(self.cache, "inductor")}
         cores = sorted(os.sched_getaffinity(0))
         if self.backend == "cuda":
             import torch
@@ -484,7 +489,9 @@ class Evaluator:
         src_hash = taskset.sha(code or "")
         workdir = os.path.join(self.tmp, f"{self._jobs}")
         os.makedirs(workdir, exist_ok=True)
-        env = dict(self.env, TORCH_EXTENSIONS_DIR=os.path.join(self.cache, "ext", src_hash))
+        # HOME and TMPDIR in the work folder: what tools write "at home" or "in /tmp" lands there
+        env = dict(self.env, TORCH_EXTENSIONS_DIR=os.path.join(self.cache, "ext", src_hash), HOME=workdir,
+                   TMPDIR=workdir)
         return dict(task_code=task.code, task_hash=task.hash, code=code, source_hash=src_hash,
                     backend=self.backend, cfg=self.cfg, workdir=workdir, env=env,
                     seed=int.from_bytes(os.urandom(3), "little"), task_name=task.name)
@@ -525,6 +532,7 @@ class Evaluator:
 
     def _kill(self, r):
         import signal
+        sandbox.kill_tree(r.proc.pid)  # what the candidate started, even in sessions of its own
         try:
             os.killpg(r.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -568,6 +576,7 @@ class Evaluator:
                                message=f"worker exited with code {code} (os._exit or a fatal error)")
                 res["log"] = trim_log(_tail(r.log))
         r.conn.close()
+        sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
         res.setdefault("seconds", {})
         res["seconds"][r.kind] = round(_now() - r.start, 3)
         return res

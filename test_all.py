@@ -28,10 +28,15 @@ import kernels
 import policy
 import prompts
 import sampler
+import sandbox
 import sft
 import taskset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# a secret in this process's environment, set before any Evaluator starts its workers: the
+# sandbox hacks look for it, and no verdict may carry it
+SECRET = "sk-sandbox-test-7f3a9c21d4"
+os.environ["SANDBOX_TEST_API_KEY"] = SECRET
 SHARED = os.path.join(HERE, "..", "shared", "kernelbench", "problems.jsonl")
 HAS_CUDA = torch.cuda.is_available()
 gpu = pytest.mark.gpu
@@ -106,7 +111,7 @@ def test_every_script_answers_help(script, capsys):
 # Library modules in import order: each imports only modules before it (kernels starts the
 # workers in worker.py, importing it when an Evaluator is built: the one exception). Stages
 # import library modules and earlier stages; evaluate.py and bench.py import no stage.
-LIBRARY = ["config", "prompts", "taskset", "kernels", "correctness", "timing", "guards", "harness", "worker", "sampler", "policy",
+LIBRARY = ["config", "prompts", "taskset", "sandbox", "kernels", "correctness", "timing", "guards", "harness", "worker", "sampler", "policy",
            "common", "exemplars", "grpo"]
 STAGES = ["sft", "selftrain", "crl"]
 
@@ -362,7 +367,7 @@ def hack_files(backend, folder="hacks"):
         code = open(f).read()
         meta = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(code).body
                 if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
-                and n.targets[0].id in ("EXPECT", "TASK", "OPTIONS", "FLAGS", "SET_FLAGS")}
+                and n.targets[0].id in ("EXPECT", "TASK", "OPTIONS", "FLAGS", "SET_FLAGS", "NEEDS")}
         out.append((f, code, meta))
     return out
 
@@ -374,14 +379,18 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
     verdict flags (FLAGS) and global settings (SET_FLAGS) it names."""
     honest = open(os.path.join(HERE, "tasks", "seeds", backend, "swish_bias", "fast.py")).read()
     groups = {}
+    missing = sandbox.probe()  # a sandbox hack needs its protection (NEEDS); the machine may refuse it
     for f, code, meta in hack_files(backend, folder):
-        groups.setdefault(repr(sorted(meta.get("OPTIONS", {}).items())), []).append((f, code, meta))
+        if not set(meta.get("NEEDS", ())) & set(missing):
+            groups.setdefault(repr(sorted(meta.get("OPTIONS", {}).items())), []).append((f, code, meta))
     failures = []
     for key, items in groups.items():
         opts = dict(ast.literal_eval(key))
         with make_eval(cache, backend, **opts) as ev:
             vs = ev.evaluate([(tasks[m["TASK"]], code) for _, code, m in items] + [(tasks["swish_bias"], honest)])
         for (f, _, meta), v in zip(items, vs):
+            if SECRET in v.message + v.log:
+                failures.append(f"{os.path.basename(f)}: the parent's secret is in its verdict")
             status, _, reasons = meta["EXPECT"].partition("/")
             if v.status != status or (reasons and v.reason not in reasons.split("|")):
                 failures.append(f"{os.path.basename(f)}: expected {meta['EXPECT']}, got {v.status}/{v.reason}: {v.message}")
@@ -390,6 +399,10 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
                                 f"{meta.get('SET_FLAGS')}, got {v.flags} and {v.set_flags}")
         if not vs[-1].ok:
             failures.append(f"honest candidate after {key}: {vs[-1].status}/{vs[-1].reason}: {vs[-1].message}")
+    left = subprocess.run(["pgrep", "-f", "sleep 9871"], capture_output=True, text=True).stdout.split()
+    if left:
+        failures.append(f"processes a candidate left are still running: {left}")
+        subprocess.run(["pkill", "-f", "sleep 9871"])
     assert not failures, "\n".join(failures)
 
 

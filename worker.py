@@ -1,5 +1,6 @@
 """An evaluator worker process from start to exit: a session of its own, resource limits,
-output to a log file, one job (harness.py), its result sent back, a hard exit. The Evaluator
+output to a log file, the sandbox (sandbox.py), one job (harness.py), every process it
+started killed, its result sent back, a hard exit. The Evaluator
 in kernels.py starts these from a forkserver that has imported this module, harness.py and
 torch (and not transformers).
 
@@ -19,6 +20,7 @@ import torch
 
 import harness
 import kernels
+import sandbox
 
 
 def standby_main(conn, env, cores):
@@ -67,6 +69,10 @@ def child_main(kind, conn, job):
     fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    # the box (sandbox.py): a reaper of whatever the candidate starts, no network, writes only
+    # in the work folder and the build cache; what the machine refuses, the Evaluator reported
+    if job["cfg"]["sandbox"]:
+        sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]])
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
@@ -84,6 +90,11 @@ def child_main(kind, conn, job):
     except BaseException as e:
         res = dict(status="runtime_error", reason="harness", message=f"{type(e).__name__}: {e}"[:300],
                    log=kernels.trim_log(traceback.format_exc()))
+    left = sandbox.reap() if job["cfg"]["sandbox"] else []  # every process the job started dies with it
+    if left and res.get("status") in ("ok", "built"):
+        res = dict(status="runtime_error", reason="left_process",
+                   message=f"the candidate left {len(left)} process(es) running after its job: "
+                           + "; ".join(c[:80] for c in left[:3]))
     try:
         _send(conn, res)
         sys.stdout.flush()

@@ -1,0 +1,261 @@
+"""The box every candidate runs in, set up by its worker before any candidate code runs: a
+minimal environment, no network, writes only under its work folder and the build cache,
+and no process of its own left alive when its job ends. Standard library only (workers
+and candidates import it).
+
+    env = sandbox.minimal_env()          # what of this process's environment a worker keeps
+    got = sandbox.enter(workdir, [cache])  # in the worker: reaper, network off, writes confined
+    left = sandbox.reap()                # every process the job left behind, killed -> commands
+    sandbox.kill_tree(pid)               # from outside: a worker and everything it started
+    text = sandbox.redact(text)          # the parent's environment values out of a message
+    missing = sandbox.probe()            # the protections this machine refuses (tried in a child)
+
+How: the environment is rebuilt from an allowlist (paths, CUDA and compiler variables, the
+evaluator's own); the network is a new, empty network namespace (unshare, as root); writes
+are confined with Landlock (Linux 5.13+); the worker is a child subreaper, so whatever its
+candidate starts, however it detaches (setsid, double fork), stays its descendant and is
+found and killed. The namespace and the Landlock domain belong to the worker's main thread
+and every thread or process it starts after entering, which is where candidate code runs.
+"""
+import ctypes
+import os
+import signal
+
+# what a worker's environment keeps: these names, and names with these prefixes
+KEEP = {"PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "LANG", "LANGUAGE", "TERM", "TZ", "CC", "CXX",
+        "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "CONDA_PREFIX", "MAX_JOBS", "OMP_NUM_THREADS"}
+KEEP_PREFIXES = ("CUDA", "NVIDIA_", "NVCC", "CUDNN", "KERNELS_", "CUDAL1_", "TORCH", "PYTORCH_", "TRITON_", "LC_",
+                 "MKL_", "KMP_")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_NR = dict(landlock_create_ruleset=444, landlock_add_rule=445, landlock_restrict_self=446)  # x86_64 and arm64
+PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, CLONE_NEWNET = 38, 36, 0x40000000
+
+
+def minimal_env(env=None):
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if k in KEEP or k.startswith(KEEP_PREFIXES)}
+
+
+_SECRETS = None
+
+
+def redact(text):
+    """text with every value of this process's environment that workers do not get (keys,
+    tokens, anything else) replaced: a candidate that found one cannot carry it out in its
+    verdict's message or log."""
+    global _SECRETS
+    if _SECRETS is None:
+        kept = minimal_env()
+        _SECRETS = sorted({v for k, v in os.environ.items() if k not in kept and len(v) >= 8}, key=len, reverse=True)
+    for s in _SECRETS:
+        if s in text:
+            text = text.replace(s, "<redacted>")
+    return text
+
+
+def redact_result(res):
+    """redact() a worker's result (its message and log) in place."""
+    for key in ("message", "log"):
+        if isinstance(res.get(key), str):
+            res[key] = redact(res[key])
+
+
+def start_forkserver():
+    """Start multiprocessing's forkserver (once per process) with the minimal environment,
+    so the workers it forks, and /proc/<worker>/environ, hold no secret of this process;
+    say once which protections this machine refuses."""
+    import sys
+    from multiprocessing import forkserver
+    saved = os.environ.copy()
+    os.environ.clear()
+    os.environ.update(minimal_env(saved))
+    try:
+        forkserver.ensure_running()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    missing = probe()
+    global _REPORTED
+    if missing and not _REPORTED:
+        _REPORTED = True
+        print("evaluator: candidates run without these protections on this machine: "
+              + "; ".join(f"{k} ({v})" for k, v in missing.items()), file=sys.stderr)
+
+
+_REPORTED = False
+
+
+def _landlock(writable):
+    """Confine writes (create, write, truncate, remove, rename, link) to `writable` folders;
+    reads and execution stay open. -> the Landlock ABI version, or raise OSError."""
+    syscall = _libc.syscall
+    syscall.restype = ctypes.c_long
+    abi = syscall(_NR["landlock_create_ruleset"], None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        raise OSError(ctypes.get_errno(), "Landlock unavailable")
+    handled = (1 << 1) | sum(1 << b for b in range(4, 13))   # WRITE_FILE, REMOVE_*, MAKE_*
+    if abi >= 2:
+        handled |= 1 << 13                                      # REFER (rename, link across folders)
+    if abi >= 3:
+        handled |= 1 << 14                                      # TRUNCATE
+    attr = ctypes.c_uint64(handled)                             # landlock_ruleset_attr, first field only
+    fd = syscall(_NR["landlock_create_ruleset"], ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+    try:
+        for path in writable:
+            if not os.path.isdir(path):
+                continue
+            pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = PathBeneath(handled, pfd)
+                if syscall(_NR["landlock_add_rule"], ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(rule),
+                           ctypes.c_uint32(0)) < 0:
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
+            finally:
+                os.close(pfd)
+        _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if syscall(_NR["landlock_restrict_self"], ctypes.c_int(fd), ctypes.c_uint32(0)) < 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(fd)
+    return abi
+
+
+def enter(workdir, writable=()):
+    """Box the calling worker: a child subreaper, working directory `workdir`, no network,
+    writes only under workdir, `writable` and /dev (GPU device files, shared memory).
+    -> {protection: True, or why it is missing}."""
+    got = {}
+    os.chdir(workdir)
+    got["processes"] = _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 or \
+        f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}"
+    got["network"] = _libc.unshare(CLONE_NEWNET) == 0 or \
+        f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())} (needs root)"
+    try:
+        _landlock([workdir, *writable, "/dev"])
+        got["files"] = True
+    except (OSError, AttributeError) as e:
+        got["files"] = f"Landlock: {e}"
+    return got
+
+
+def descendants(pid):
+    """Every live process below pid, from /proc (parents before children)."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def _signal_all(pids, sig):
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_tree(pid):
+    """Stop pid and everything below it (again until no new process appears: a fork racing
+    the scan is caught stopped), then kill them all."""
+    seen = set()
+    for _ in range(20):
+        new = [p for p in [pid] + descendants(pid) if p not in seen]
+        if not new:
+            break
+        _signal_all(new, signal.SIGSTOP)
+        seen.update(new)
+    _signal_all(seen, signal.SIGKILL)
+
+
+def reap():
+    """In a worker at the end of its job: kill every process below it and collect the
+    zombies. -> the command lines of those the candidate left (torch.compile's own compile
+    workers, which torch starts and keeps, are not counted)."""
+    pids = descendants(os.getpid())
+    # an empty command line is a zombie: already dead, only waiting to be collected
+    left = [c for c in (_cmdline(p) for p in pids) if c and "compile_worker" not in c]
+    _signal_all(pids, signal.SIGKILL)
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                break
+        except ChildProcessError:
+            break
+    return left
+
+
+def probe():
+    """Which protections this machine refuses, tried once per process in a fresh Python
+    child that enters the box and tries to get out: -> {protection: why} (empty when all hold)."""
+    global _PROBED
+    if _PROBED is None:
+        import json
+        import shutil
+        import subprocess
+        import sys
+        import tempfile
+        dirs = [tempfile.mkdtemp(prefix="sandbox-probe-"), tempfile.mkdtemp(prefix="sandbox-outside-")]
+        try:
+            r = subprocess.run([sys.executable, __file__, *dirs], capture_output=True, text=True, timeout=60)
+        finally:
+            for d in dirs:  # here, outside the box: the child may not remove them
+                shutil.rmtree(d, ignore_errors=True)
+        try:
+            got = json.loads(r.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            got = {"probe": f"the probe failed: {r.stderr[-300:]}"}
+        _PROBED = {k: v for k, v in got.items() if v is not True}
+    return _PROBED
+
+
+def _probe_child(work, outside):
+    import json
+    import socket
+    got = enter(work)
+    if got["network"] is True:
+        try:
+            socket.create_connection(("127.0.0.1", 9), timeout=1).close()
+            got["network"] = "a connection to 127.0.0.1 got through"
+        except OSError as e:
+            if e.errno != 101:  # ENETUNREACH: the empty namespace
+                got["network"] = f"connect gave {e} rather than network unreachable"
+    if got["files"] is True:
+        try:
+            open(os.path.join(outside, "x"), "w").close()
+            got["files"] = "a write outside the work folder got through"
+        except PermissionError:
+            pass
+    print(json.dumps(got))
+
+
+_PROBED = None
+
+if __name__ == "__main__":  # probe()'s child
+    import sys
+    _probe_child(*sys.argv[1:3])
