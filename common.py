@@ -142,6 +142,14 @@ def start_stage(cfg, stage, write_config=True):
     return out, False
 
 
+def reduce_and_clip(model, world, max_norm):
+    """After every rank's backward: gradients summed over ranks (all_reduce_grads), then
+    clipped to max_norm over the trainable parameters -> the norm before clipping."""
+    all_reduce_grads(model, world)
+    norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP2: a DTensor
+
+
 def optimizer(model, lr, cfg, state=None):
     """AdamW as every stage builds it, resumed from state["optimizer"] when there is one."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,

@@ -119,11 +119,15 @@ def device_of(cfg):
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def hub_name(path):
+    """True for what from_pretrained looks up in the hub cache ("owner/name"), not on disk."""
+    return not path.startswith((".", "/", "~")) and path.count("/") <= 1 and not os.path.exists(path)
+
+
 def check_model_path(path):
-    """Raise FileNotFoundError for a local path that is not a folder. A hub name
-    ("owner/name") passes: from_pretrained looks for it in the hub cache."""
-    local = path.startswith((".", "/", "~")) or path.count("/") > 1 or os.path.exists(path)
-    if local and not os.path.isdir(os.path.expanduser(path)):
+    """Raise FileNotFoundError for a local path that is not a folder. A hub name passes:
+    from_pretrained looks for it in the hub cache."""
+    if not hub_name(path) and not os.path.isdir(os.path.expanduser(path)):
         raise FileNotFoundError(f"{path}: no such checkpoint or model folder")
 
 
@@ -481,8 +485,7 @@ def save_adapter(model, tok, out, tmp):
     names the base by absolute path; a base with no folder (the tiny built-in model) is
     saved once, into out/base/."""
     base = model.peft_config["default"].base_model_name_or_path
-    hub = bool(base) and base.count("/") == 1 and not base.startswith((".", "/", "~"))
-    if not base or not (os.path.isdir(base) or hub):
+    if not base or not (os.path.isdir(base) or hub_name(base)):
         base = os.path.join(out, "base")
         if not os.path.exists(os.path.join(base, "config.json")):
             inner = model.get_base_model()   # its linear layers hold base_layer + lora_*

@@ -246,7 +246,6 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
     or FSDP2 shards) a step's grad_accum x world micro-batches are split over the ranks, so
     the steps are those of one process with grad_accum x world. -> (optimizer, steps): the
     optimizer's state goes into later checkpoints."""
-    import torch
     dev = next(model.parameters()).device
     batches = schedule(data, cfg, max(1, epochs))
     per_step = cfg["grad_accum"] * world
@@ -274,17 +273,14 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
                 (loss * weight / per_step).backward()
                 loss_sum += weight * loss.item() / per_step
                 tokens += int(weight * b["attention_mask"].sum())
-            common.all_reduce_grads(model, world)
-            norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
-                                                  cfg["grad_clip"])
-            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
+            norm = common.reduce_and_clip(model, world, cfg["grad_clip"])
             opt.step()
             opt.zero_grad(set_to_none=True)
             if world > 1:  # the step's loss and tokens over all ranks
                 loss_sum, tokens = (sum(x) for x in zip(*common.all_gather((loss_sum, tokens), world)))
             dt = time.time() - t0
             rec = dict(stage=tag, step=step + 1, loss=round(loss_sum, 4), lr=opt.param_groups[0]["lr"],
-                       grad_norm=round(float(norm), 3), tok_s=round(tokens / dt), s=round(dt, 2))
+                       grad_norm=round(norm, 3), tok_s=round(tokens / dt), s=round(dt, 2))
             if logf:
                 logf.write(json.dumps(rec) + "\n")
                 logf.flush()
