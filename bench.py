@@ -15,8 +15,8 @@ sampling tokens/s (the first call, which captures the CUDA graphs, and a second 
 update seconds, and peak GPU memory in each phase.
 
 Throughput: unique candidates fully evaluated (compiled, checked, timed) per minute with
-the configured workers, build latency per candidate, the cost of a build-cache hit, and
-where the time goes. Stability: each candidate's speedup from two runs, each in fresh
+the configured workers (checks_per_gpu run workers share each GPU; timing has it alone),
+build latency per candidate, the cost of a build-cache hit, and where the time goes. Stability: each candidate's speedup from two runs, each in fresh
 workers; the relative difference per candidate and its median over the suite.
 Results go to out/bench/<what>-<backend>.json.
 """
@@ -102,11 +102,15 @@ def throughput(cfg, pairs):
         with kernels.Evaluator(cfg) as ev:
             vs = ev.evaluate(pairs, desc=label)
         wall = time.time() - t0
+        for v in vs:  # the seeds are all correct: a failure here is the evaluator's to explain
+            if not v.ok:
+                print(f"{label}: {os.path.relpath(v.solution)}: {v.status}/{v.reason}: {v.message}\n{v.log[-1500:]}")
         sec = lambda k: [v.seconds.get(k, 0.0) for v in vs if v.seconds]
         rows[label] = dict(n=len(vs), ok=sum(v.ok for v in vs), wall_s=wall, per_min=60 * len(vs) / wall,
                            each={os.path.relpath(v.solution): v.seconds for v in vs},
                            compile_med=pct(sec("compile"), 0.5), compile_max=max(sec("compile") or [0]),
                            check_med=pct(sec("check"), 0.5), time_med=pct(sec("time"), 0.5),
+                           wait_med=pct(sec("wait"), 0.5),
                            run_med=pct(sec("run"), 0.5), workers=ev.workers)
     # A build-cache hit inside one process: the cost a worker pays to load a built kernel.
     src = next((s.code for _, s in pairs if "load_cuda(" in s.code or "load_cpp(" in s.code), None)
@@ -127,12 +131,15 @@ def throughput(cfg, pairs):
     with kernels.Evaluator(cfg) as ev:
         [iv] = ev.evaluate([(task, INLINE[ev.backend])], desc="load_inline")
     inline_s = iv.seconds.get("compile")
-    print(f"\nthroughput, {len(pairs)} unique candidates, {rows['cold cache']['workers']} compile workers")
+    print(f"\nthroughput, {len(pairs)} unique candidates, {rows['cold cache']['workers']} compile workers, "
+          f"{cfg['checks_per_gpu'] if kernels.pick_backend(cfg['backend']) == 'cuda' else 1} run workers per device")
     print(f"{'':12s} {'cand/min':>9s} {'wall s':>8s} {'ok':>5s} {'build med':>10s} {'build max':>10s} "
-          f"{'check med':>10s} {'time med':>9s} {'run med':>8s}")
+          f"{'check med':>10s} {'time med':>9s} {'wait med':>9s} {'run med':>8s}")
     for label, r in rows.items():
         print(f"{label:12s} {r['per_min']:9.1f} {r['wall_s']:8.1f} {r['ok']:>2d}/{r['n']:<2d} {r['compile_med']:10.2f} "
-              f"{r['compile_max']:10.2f} {r['check_med']:10.2f} {r['time_med']:9.2f} {r['run_med']:8.2f}")
+              f"{r['compile_max']:10.2f} {r['check_med']:10.2f} {r['time_med']:9.2f} {r['wait_med']:9.2f} {r['run_med']:8.2f}")
+    print("(run: a run worker's whole job, waits included; wait: paused for other workers' timings or "
+          "waiting for the GPU alone)")
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"

@@ -24,6 +24,7 @@ import warnings
 import torch
 
 import correctness
+import gate
 import guards
 import kernels
 import timing
@@ -113,6 +114,9 @@ class Harness:
         # Deadlines: each candidate call (with its synchronize) gets call_limit seconds, told
         # to the Evaluator through notify; None until the reference's time is known.
         self.notify = job.get("notify") or (lambda seconds: None)
+        # The GPU gate (gate.py): pause points between candidate calls while checking, the
+        # GPU alone while timing. Open (no waiting) where a worker has its device alone.
+        self.gate = job.get("gate") or gate.Open()
         self.call_limit, self.in_call = None, False
         # Fixed for reference and candidate alike: no TF32 unless lowered precision is
         # allowed, so an fp32 task is checked and timed as fp32.
@@ -386,6 +390,7 @@ def run_checks(h):
         retried = False  # with the reference's weights, after a mismatch
         xs = None
         for k in range(cfg["check_inputs"] + 1):
+            h.gate.pause_point()
             refill = 0 < k == cfg["check_inputs"]  # last round: same tensors, new values
             fresh = h.inputs(seed + k + 1, fenced=True)
             if refill:  # caches keyed by address, id or shape hit here and replay old results
@@ -411,6 +416,7 @@ def run_checks(h):
             h.check_forward(new, "forward")
             h.integrity("forward")
             had64 = ref64 is not None
+            h.gate.pause_point()
             r32, r64, ref64 = correctness.reference_outputs(ref, ref64, clones)
             if had64 and ref64 is None and h.cuda:  # no float64 kernel: give its memory back
                 torch.cuda.empty_cache()
@@ -504,6 +510,7 @@ def run_job(job):
     res = {}
     with torch.no_grad():
         try:
+            h.gate.pause_point()
             ref, xs, out, _ = h.run_reference()
             if cfg["baseline"] == "compile":
                 torch.compile(ref)(*xs)  # dynamo wraps torch functions on first use: do it before the snapshot
@@ -511,29 +518,37 @@ def run_job(job):
             h.set_call_limit(ref, xs)
             del ref, out, xs
         except Exception as e:
-            return dict(status="task_error", reason="reference_failed",
+            # out of memory: "oom", which the Evaluator judges again alone if the GPU was shared
+            return dict(status="task_error", reason="oom" if classify(e, "").reason == "oom" else "reference_failed",
                         message=f"the reference failed: {type(e).__name__}: {str(e)[:300]}",
                         log=kernels.trim_log(traceback.format_exc()))
         try:
+            h.gate.pause_point()
             h.load_candidate()
-            t1 = h.clock()
+            t1, p1 = h.clock(), h.gate.paused
             ref, new, ref64 = run_checks(h)
             if cfg["require_kernel"] and h.calls == 0:
                 raise Reject("rejected", "no_kernel", "forward never called a compiled kernel")
-            t2 = h.clock()
+            t2, p2, wait = h.clock(), h.gate.paused, 0.0
             if cfg["time_candidates"]:
+                h.gate.acquire()  # the GPU alone from here to release: no other worker runs on it
+                wait = h.clock() - t2
                 try:
                     ref_ms, new_ms, spread = timing.run_timing(h, ref, new)
+                    check_after_timing(h, ref, new, ref64)
                 except Reject:
                     raise
                 except Exception as e:
                     raise classify(e, "timing") from e
-                check_after_timing(h, ref, new, ref64)
+                finally:
+                    h.gate.release()
                 res = dict(status="ok", speedup=ref_ms / new_ms, ref_ms=ref_ms, new_ms=new_ms, spread=spread,
                            message="; ".join(h.notes))
             else:  # Stages 1-2 filter on correctness alone (paper section 3.1-3.2)
                 res = dict(status="ok", message="correct (not timed)")
-            res["seconds"] = dict(load=t1 - t0, check=t2 - t1, time=h.clock() - t2)
+            # each phase without its pauses; the pauses and the wait for the GPU apart (gate.py)
+            res["seconds"] = dict(load=t1 - t0 - p1, check=t2 - t1 - (p2 - p1), time=h.clock() - t2 - wait,
+                                  wait=p2 + wait)
         except Reject as r:
             res = dict(status=r.status, reason=r.reason, message=r.message, log=kernels.trim_log(r.extra.get("log", "")))
             if "err" in r.extra:

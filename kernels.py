@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 import config
+import gate
 import sandbox
 import taskset
 
@@ -322,7 +323,7 @@ def median(xs):
 
 
 # ----------------------------------------------------------------------------------------
-# The parent: schedule compile workers on the CPU cores and one timing worker per GPU
+# The parent: schedule compile workers on the CPU cores and run workers on the GPUs
 
 def pick_backend(name):
     if name in ("cuda", "cpu"):
@@ -331,65 +332,6 @@ def pick_backend(name):
         raise ValueError(f"backend must be auto, cuda or cpu, not {name!r}")
     import torch
     return "cuda" if torch.cuda.is_available() and shutil.which("nvcc") else "cpu"
-
-
-def physical_gpu(index, visible=None):
-    """The CUDA_VISIBLE_DEVICES entry for visible GPU `index` of this process.
-
-    Workers get one GPU each through CUDA_VISIBLE_DEVICES, which names GPUs as the machine
-    numbers them; a parent started with CUDA_VISIBLE_DEVICES=2,3 must hand its GPU 0 out as
-    "2", not "0". Entries may be indices or UUIDs and pass through unchanged."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    if not visible or not visible.strip():
-        return str(index)
-    ids = [v.strip() for v in visible.split(",")]
-    ids = ids[:ids.index("")] if "" in ids else ids  # CUDA ignores everything from an empty entry on
-    if not 0 <= index < len(ids):
-        raise ValueError(f"GPU {index} is not among the {len(ids)} visible ones (CUDA_VISIBLE_DEVICES={visible})")
-    return ids[index]
-
-
-def _gpu_arch(gpu):
-    """Compute capability without creating a CUDA context in this process."""
-    try:
-        r = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader",
-                            "-i", physical_gpu(gpu)],
-                           capture_output=True, text=True, timeout=30)
-        if r.returncode == 0 and r.stdout.strip():
-            return r.stdout.strip().replace(".", "")
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    import torch
-    major, minor = torch.cuda.get_device_capability(gpu)
-    return f"{major}{minor}"
-
-
-class _Running:
-    def __init__(self, kind, item, proc, conn, deadline, slot, log):
-        self.kind, self.item, self.proc, self.conn = kind, item, proc, conn
-        self.deadline, self.slot, self.log, self.start = deadline, slot, log, _now()
-        self.job_deadline, self.call_limit, self.result = deadline, None, None
-
-    def receive(self):
-        """Read what the worker sent: its result, or a deadline for the candidate call it is
-        entering (("call", seconds)) or leaving (("call", None)). -> True once it is done."""
-        try:
-            while self.conn.poll():
-                msg = self.conn.recv()
-                if isinstance(msg, tuple) and msg[0] == "call":
-                    self.call_limit = msg[1]
-                    self.deadline = self.job_deadline if msg[1] is None else min(self.job_deadline, _now() + msg[1])
-                else:
-                    self.result = msg
-                    return True
-        except (EOFError, OSError):  # the worker died; its exit code tells the rest
-            return True
-        return False
-
-
-def _now():
-    import time
-    return time.monotonic()
 
 
 def _tail(path, n=3000):
@@ -404,9 +346,11 @@ def _tail(path, n=3000):
 
 class Evaluator:
     """Judges (task, code) pairs. Compile workers (no GPU) build candidates in parallel on
-    the CPU cores; one run worker per GPU checks and times, so no two timings share a GPU.
-    Every worker is a fresh process forked from a server that has torch imported, runs one
-    job and exits. On the CPU backend timing never overlaps compilation."""
+    the CPU cores; run workers check and time them, checks_per_gpu at once on each GPU,
+    and each times with the GPU to itself (gate.py), so no two timings share a GPU and no
+    check runs beside a timing. Every worker is a fresh process forked from a server that
+    has torch imported, runs one job and exits. On the CPU backend one run worker checks
+    and times at a time, and timing never overlaps compilation."""
 
     def __init__(self, cfg=None, **overrides):
         import multiprocessing as mp
@@ -434,7 +378,7 @@ class Evaluator:
             self.gpus = [int(g) for g in self.cfg["gpus"].split(",")] if self.cfg["gpus"] else list(range(n))
             if not self.gpus:
                 raise ValueError("backend cuda, but no GPU is visible")
-            arch = _gpu_arch(self.gpus[0])
+            arch = gate.gpu_arch(self.gpus[0])
             self.env.update(KERNELS_CUDA_ARCH=arch, TORCH_CUDA_ARCH_LIST=f"{arch[:-1]}.{arch[-1]}")
             # Two cores per GPU for its timing worker, the rest for compilers: builds then
             # never steal the host time of a timed launch.
@@ -442,12 +386,18 @@ class Evaluator:
             self.run_cores = [cores[len(cores) - k + 2 * i: len(cores) - k + 2 * i + 2]
                               for i in range(len(self.gpus))] if len(cores) >= k + 2 else [None] * len(self.gpus)
             self.compile_cores = cores[: len(cores) - k] if len(cores) >= k + 2 else None
+            # Checks share a GPU (checks_per_gpu workers at once) and the compilers' cores;
+            # timing has the GPU and its two cores to itself (gate.py).
+            self.check_cores = [None if c is None else self.compile_cores + c for c in self.run_cores]
+            self.slots = [g for g in range(len(self.gpus)) for _ in range(max(1, self.cfg["checks_per_gpu"]))]
         else:
-            self.gpus, self.run_cores, self.compile_cores = [None], [None], None
+            self.gpus, self.run_cores, self.check_cores, self.compile_cores = [None], [None], [None], None
+            self.slots = [0]  # slot -> GPU index
         self.workers = self.cfg["workers"] or len(self.compile_cores or cores)
         self.memo = {}
         self._jobs = 0
         self._standby = {}  # slot -> a run worker with its CUDA context up, waiting for a job
+        self._exiting = []  # (worker that sent its result, when to kill it if it has not exited)
         self._clean_stale()
 
     def _clean_stale(self):
@@ -504,9 +454,10 @@ class Evaluator:
             env["CUDA_VISIBLE_DEVICES"] = ""
             job["cores"] = self.compile_cores
         else:
+            g = self.slots[slot]
             if self.backend == "cuda":
-                env["CUDA_VISIBLE_DEVICES"] = physical_gpu(self.gpus[slot])
-            job["cores"] = self.run_cores[slot]
+                env["CUDA_VISIBLE_DEVICES"] = gate.physical_gpu(self.gpus[g])
+            job["cores"], job["time_cores"] = self.check_cores[g], self.run_cores[g]
         job = dict(job, env=env)
         timeout = self.cfg["compile_timeout"] if kind == "compile" else self.cfg["run_timeout"]
         if kind == "run" and self.backend == "cuda":
@@ -515,17 +466,32 @@ class Evaluator:
             proc, conn = self._standby.pop(slot, None) or self._spawn_standby(slot)
             conn.send((kind, job))
             self._standby[slot] = self._spawn_standby(slot)
-            return _Running(kind, item, proc, conn, _now() + timeout, slot, job["log"])
+            return gate.Running(kind, item, proc, conn, gate.now() + timeout, slot, job["log"], self.slots[slot])
         parent, child = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=self.worker.child_main, args=(kind, child, job), daemon=True)
         proc.start()
         child.close()
-        return _Running(kind, item, proc, parent, _now() + timeout, slot, job["log"])
+        return gate.Running(kind, item, proc, parent, gate.now() + timeout, slot, job["log"],
+                            None if slot is None else self.slots[slot])
+
+    def _reap(self, wait=False):
+        """Workers that sent their result: joined once they have exited, killed 30 s after."""
+        keep = []
+        for r, t in self._exiting:
+            r.proc.join(max(0.0, t - gate.now()) if wait else 0)
+            if r.proc.exitcode is None and (wait or gate.now() >= t):
+                self._kill(r)
+            if r.proc.exitcode is None:
+                keep.append((r, t))
+            else:
+                r.conn.close()
+        self._exiting = keep
 
     def _spawn_standby(self, slot):
-        env = dict(self.env, CUDA_VISIBLE_DEVICES=physical_gpu(self.gpus[slot]))
+        g = self.slots[slot]
+        env = dict(self.env, CUDA_VISIBLE_DEVICES=gate.physical_gpu(self.gpus[g]))
         parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(target=self.worker.standby_main, args=(child, env, self.run_cores[slot]), daemon=True)
+        proc = self.ctx.Process(target=self.worker.standby_main, args=(child, env, self.check_cores[g]), daemon=True)
         proc.start()
         child.close()
         return proc, parent
@@ -560,9 +526,13 @@ class Evaluator:
             res = dict(status="timeout", reason="timeout", message=message, log=trim_log(_tail(r.log)))
         else:
             res = r.result
-            r.proc.join(30)
-            if r.proc.exitcode is None:
-                self._kill(r)
+            if res is not None:  # it exits by itself now; the scheduler does not wait for that
+                self._exiting.append((r, gate.now() + 30))
+            else:
+                r.proc.join(30)
+                if r.proc.exitcode is None:
+                    self._kill(r)
+                r.conn.close()
             if res is None:
                 code = r.proc.exitcode
                 if code is not None and code < 0:
@@ -575,10 +545,11 @@ class Evaluator:
                     res = dict(status="runtime_error", reason="exit",
                                message=f"worker exited with code {code} (os._exit or a fatal error)")
                 res["log"] = trim_log(_tail(r.log))
-        r.conn.close()
+        if timed_out:
+            r.conn.close()
         sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
         res.setdefault("seconds", {})
-        res["seconds"][r.kind] = round(_now() - r.start, 3)
+        res["seconds"][r.kind] = round(gate.now() - r.start, 3)
         return res
 
     def _precheck(self, task, code):
@@ -632,7 +603,7 @@ class Evaluator:
 
     def _schedule(self, items, phases, progress, desc):
         """Move each item through its phases: 'compile' on up to `workers` processes,
-        'run'/'reference' one per device slot."""
+        'run'/'reference' one per device slot (checks_per_gpu slots per GPU, one on CPU)."""
         import collections
         import multiprocessing.connection as mpc
         bar = None
@@ -643,8 +614,7 @@ class Evaluator:
         queues[phases[0]].extend(items)
         for it in items:
             it["seconds"] = {}
-        # untimed reference runs may share a GPU two at a time; timed runs never do
-        free = list(range(len(self.gpus))) * (2 if phases == ["reference"] and self.backend == "cuda" else 1)
+        free = list(range(len(self.slots)))
         active = []
         # CPU timings must not share the cores with builds (untimed checks may)
         exclusive = self.backend == "cpu" and self.cfg["time_candidates"] and "run" in phases
@@ -659,16 +629,27 @@ class Evaluator:
                             active.append(self._start(p, queues[p].popleft(), None))
                             n_build += 1
                     else:
-                        while queues[p] and free and not (exclusive and n_build):
-                            active.append(self._start(p, queues[p].popleft(), free.pop(0)))
+                        while queues[p] and not (exclusive and n_build) and \
+                                (slot := gate.pick_slot(free, self.slots, active, queues[p][0])) is not None:
+                            free.remove(slot)
+                            r = self._start(p, queues[p].popleft(), slot)
+                            if r.kind == "run" and self.backend == "cuda":
+                                gate.join(r, [a for a in active if a.kind == "run" and a.gpu == r.gpu])
+                            active.append(r)
                             n_dev += 1
-                wait = max(0.0, min(r.deadline for r in active) - _now()) if active else 0
+                self._reap()
+                # the GPU gate's next step (gate.py), then wait for a message, an exit or the
+                # deadline of a worker that runs
+                for g in range(len(self.gpus)) if self.backend == "cuda" else ():
+                    gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g])
+                wake = [r.deadline for r in active if not r.held]
+                wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
                 ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active], timeout=wait)
                 for r in list(active):
                     done = (r.conn in ready and r.receive()) or r.proc.sentinel in ready
                     if r.proc.sentinel in ready and r.result is None:
                         r.receive()  # a result sent just before the exit
-                    if not done and _now() < r.deadline:
+                    if not done and (r.held or gate.now() < r.deadline):
                         continue
                     active.remove(r)
                     if r.slot is not None:
@@ -676,6 +657,11 @@ class Evaluator:
                         free.sort()
                     res = self._finish(r, timed_out=not done)
                     r.item["seconds"].update(res.pop("seconds", {}))
+                    if res.get("reason") == "oom" and r.gpu is not None and len(self.slots) > len(self.gpus) \
+                            and not r.item.get("alone"):
+                        r.item["alone"] = True  # out of memory beside other workers: again, alone
+                        queues[r.kind].appendleft(r.item)
+                        continue
                     nxt = phases.index(r.kind) + 1
                     if res["status"] == "built" and nxt < len(phases):
                         queues[phases[nxt]].append(r.item)
@@ -688,10 +674,11 @@ class Evaluator:
                         bar.update(1)
                         bar.set_postfix_str(f"{r.item['task'].name}: {res['status']}", refresh=False)
         except BaseException:
-            for r in active:
+            for r in active + [r for r, _ in self._exiting]:
                 self._kill(r)
             raise
         finally:
+            self._reap(wait=True)
             if bar:
                 bar.close()
 

@@ -23,6 +23,7 @@ import config
 import correctness
 import evaluate
 import exemplars
+import gate
 import grpo
 import kernels
 import policy
@@ -111,7 +112,7 @@ def test_every_script_answers_help(script, capsys):
 # Library modules in import order: each imports only modules before it (kernels starts the
 # workers in worker.py, importing it when an Evaluator is built: the one exception). Stages
 # import library modules and earlier stages; evaluate.py and bench.py import no stage.
-LIBRARY = ["config", "prompts", "taskset", "sandbox", "kernels", "correctness", "timing", "guards", "harness", "worker", "sampler", "policy",
+LIBRARY = ["config", "prompts", "taskset", "sandbox", "gate", "kernels", "correctness", "timing", "guards", "harness", "worker", "sampler", "policy",
            "common", "exemplars", "grpo"]
 STAGES = ["sft", "selftrain", "crl"]
 
@@ -294,11 +295,74 @@ def test_trim_log_keeps_errors():
 def test_worker_gpu_is_named_as_the_machine_numbers_it():
     # A parent limited to GPUs 2,3 hands its GPU 0 to a worker as "2" (the worker's own
     # CUDA_VISIBLE_DEVICES is read against the whole machine).
-    assert kernels.physical_gpu(0, "2,3") == "2" and kernels.physical_gpu(1, "2, 3") == "3"
-    assert kernels.physical_gpu(1, "") == "1"
-    assert kernels.physical_gpu(0, "GPU-8f1c,GPU-77aa") == "GPU-8f1c"
+    assert gate.physical_gpu(0, "2,3") == "2" and gate.physical_gpu(1, "2, 3") == "3"
+    assert gate.physical_gpu(1, "") == "1"
+    assert gate.physical_gpu(0, "GPU-8f1c,GPU-77aa") == "GPU-8f1c"
     with pytest.raises(ValueError, match="not among the 1 visible"):
-        kernels.physical_gpu(1, "5")
+        gate.physical_gpu(1, "5")
+
+def _gate_worker(conn, path, steps, long_step):
+    """A stand-in for a CUDA run worker (gate.py): `steps` check steps with a pause point
+    before each, then the GPU alone for 0.3 s; it notes the time every millisecond it runs."""
+    import gate
+    os.setsid()
+    g = gate.WorkerGate(conn.fileno(), conn.send, lambda: None)
+    seen, spans = [], []
+
+    def busy(seconds):
+        t0 = time.monotonic()
+        while (t := time.monotonic()) - t0 < seconds:
+            seen.append(t)
+            time.sleep(0.001)
+    for i in range(steps):
+        g.pause_point()
+        busy(long_step if i == 1 else 0.02)
+    g.acquire()
+    t0 = time.monotonic()
+    busy(0.3)
+    spans.append((t0, time.monotonic()))
+    g.release()
+    json.dump(dict(seen=seen, spans=spans, paused=g.paused), open(path, "w"))
+    conn.send({"status": "ok"})
+    time.sleep(0.2)
+
+
+def test_gpu_gate_times_each_worker_alone(tmp_path):
+    """Checks share the device, timings own it: while one worker times, no other one runs
+    (not even one that was inside a 1 s step when the request came: it is waited for), each
+    times once, and time spent paused or waiting is not counted against a deadline."""
+    import multiprocessing as mp
+    import multiprocessing.connection as mpc
+    ctx = mp.get_context("fork")
+    ws = []
+    for i in range(4):
+        parent, child = ctx.Pipe(duplex=True)
+        p = ctx.Process(target=_gate_worker, args=(child, str(tmp_path / f"{i}.json"), 4 + 3 * i, 1.0 if i == 3 else 0.02))
+        p.start()
+        ws.append(gate.Running("run", {}, p, parent, gate.now() + 60, i, "", gpu=0))
+    deadline0 = [w.job_deadline for w in ws]
+    active = list(ws)
+    t_end = time.monotonic() + 60
+    while active and time.monotonic() < t_end:
+        gate.arbitrate(active)
+        ready = mpc.wait([w.conn for w in active], timeout=1)
+        for w in list(active):
+            if w.conn in ready and w.receive():
+                active.remove(w)
+    for w in ws:
+        w.proc.join(5)
+    assert not active and all(w.result == {"status": "ok"} for w in ws)
+    logs = [json.load(open(tmp_path / f"{i}.json")) for i in range(4)]
+    assert all(len(lg["spans"]) == 1 for lg in logs)
+    for i, lg in enumerate(logs):
+        a, b = lg["spans"][0]
+        for j, other in enumerate(logs):
+            inside = [t for t in other["seen"] if a < t < b] if j != i else []
+            assert not inside, f"worker {j} ran while worker {i} timed"
+    assert sum(lg["paused"] for lg in logs) > 0.3  # some paused for someone else's timing
+    held = [w.job_deadline - d for w, d in zip(ws, deadline0)]
+    assert max(held) > 0.3, held  # held time extended the deadlines
+
 
 # ---------------------------------------------------------------------------- correctness math
 
@@ -1134,7 +1198,7 @@ def test_openai_teacher_against_a_local_server(tasks, monkeypatch):
                 self.send_response(500)
                 self.end_headers()
                 return
-            reply = dict(choices=[dict(message=dict(role="assistant", content=f"```python\nclass ModelNew: pass\n```"))])
+            reply = dict(choices=[dict(message=dict(role="assistant", content="```python\nclass ModelNew: pass\n```"))])
             data = json.dumps(reply).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")

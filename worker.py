@@ -1,6 +1,6 @@
 """An evaluator worker process from start to exit: a session of its own, resource limits,
-output to a log file, the sandbox (sandbox.py), one job (harness.py), every process it
-started killed, its result sent back, a hard exit. The Evaluator
+output to a log file, the sandbox (sandbox.py), one job (harness.py) with its GPU gate
+(gate.py), every process it started killed, its result sent back, a hard exit. The Evaluator
 in kernels.py starts these from a forkserver that has imported this module, harness.py and
 torch (and not transformers).
 
@@ -18,6 +18,7 @@ import traceback
 
 import torch
 
+import gate
 import harness
 import kernels
 import sandbox
@@ -46,6 +47,7 @@ def standby_main(conn, env, cores):
 # goes back through these, so a candidate that patches multiprocessing's Connection or
 # pickler (rejected as harness_patched) cannot rewrite the verdict on its way out.
 _DUMPS, _PACK, _WRITE, _EXIT = pickle.dumps, struct.pack, os.write, os._exit
+_SYNC, _FREE = torch.cuda.synchronize, torch.cuda.empty_cache
 _LOCK = threading.Lock()  # the harness's watchdog thread sends too
 
 
@@ -83,6 +85,9 @@ def child_main(kind, conn, job):
     # the harness tells the Evaluator when a candidate call starts and ends, so a hang inside
     # one is stopped after that call's deadline instead of the whole job's
     job["notify"] = lambda seconds: _send(conn, ("call", seconds))
+    # a CUDA run worker shares its GPU for checks and has it alone for timing (gate.py)
+    job["gate"] = gate.WorkerGate(conn.fileno(), lambda msg: _send(conn, msg), _SYNC, job.get("time_cores"), _FREE) \
+        if kind == "run" and job["backend"] == "cuda" else gate.Open()
     try:
         if job["backend"] == "cpu" and kind == "run":
             _cpu_worker_setup(job)

@@ -1,0 +1,253 @@
+"""Sharing a GPU between evaluator workers: checks share it, timings own it.
+
+Loading a candidate and checking its outputs need a GPU but not a quiet one; timing needs it
+to itself. So the Evaluator (kernels.py) runs up to `checks_per_gpu` workers on each GPU,
+and a worker that has passed its checks asks for the GPU before it times (acquire). The
+Evaluator then asks every other worker on that GPU to pause at its next pause point (the
+harness has them between candidate calls, right after a synchronize, so nothing of theirs
+is left queued on the device), stops their process groups (SIGSTOP: a thread a candidate
+left behind launches nothing either), and hands the GPU over. After the timing (release)
+the next waiting worker times, or the paused ones go on. Time spent paused or waiting does
+not count against a worker's deadlines.
+
+Messages, worker -> Evaluator, through the result pipe: ("call", seconds | None) for a
+candidate call's deadline, ("acquire",), ("paused",), ("release",). Evaluator -> worker,
+single bytes on the same (duplex) pipe after the job: P pause, R resume, G go.
+
+    Worker side (worker.py):  WorkerGate(fd, send, sync, cores, free): pause_point, acquire, release
+    Parent side (kernels.py): Running (one worker), pick_slot, join, arbitrate(workers of one GPU)
+"""
+import os
+import select
+import signal
+import subprocess
+import time
+
+# Captured at import, before any candidate runs, like the result path in worker.py.
+_READ, _SELECT, _AFFINITY = os.read, select.select, os.sched_setaffinity
+
+
+def physical_gpu(index, visible=None):
+    """The CUDA_VISIBLE_DEVICES entry for visible GPU `index` of this process.
+
+    Workers get one GPU each through CUDA_VISIBLE_DEVICES, which names GPUs as the machine
+    numbers them; a parent started with CUDA_VISIBLE_DEVICES=2,3 must hand its GPU 0 out as
+    "2", not "0". Entries may be indices or UUIDs and pass through unchanged."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if not visible or not visible.strip():
+        return str(index)
+    ids = [v.strip() for v in visible.split(",")]
+    ids = ids[:ids.index("")] if "" in ids else ids  # CUDA ignores everything from an empty entry on
+    if not 0 <= index < len(ids):
+        raise ValueError(f"GPU {index} is not among the {len(ids)} visible ones (CUDA_VISIBLE_DEVICES={visible})")
+    return ids[index]
+
+
+def gpu_arch(gpu):
+    """Compute capability without creating a CUDA context in this process."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader",
+                            "-i", physical_gpu(gpu)],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode == 0 and r.stdout.strip():
+            return r.stdout.strip().replace(".", "")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    import torch
+    major, minor = torch.cuda.get_device_capability(gpu)
+    return f"{major}{minor}"
+
+
+def now():
+    return time.monotonic()
+
+
+class Open:
+    """The gate of a worker that has its device to itself (CPU backend, compile jobs)."""
+    paused = 0.0
+
+    def pause_point(self):
+        pass
+
+    def acquire(self):
+        pass
+
+    def release(self):
+        pass
+
+
+class WorkerGate:
+    """In a CUDA run worker: fd is its end of the pipe, send puts a message on it, sync
+    empties the device queue, cores (or None) are the GPU's timing cores, free returns
+    the allocator's cached memory to the device."""
+
+    def __init__(self, fd, send, sync, cores=None, free=lambda: None):
+        self.fd, self.send, self.sync, self.cores, self.free = fd, send, sync, cores, free
+        self.shared = os.sched_getaffinity(0)
+        self.paused = 0.0  # seconds spent at pause points
+
+    def _next(self):
+        b = _READ(self.fd, 1)
+        if not b:  # the Evaluator went away: nothing left to wait for
+            os._exit(0)
+        return b
+
+    def pause_point(self):
+        """A safe place to stop (no candidate call running): pause here if asked to."""
+        if not _SELECT([self.fd], [], [], 0)[0]:
+            return
+        if self._next() == b"P":
+            self.sync()
+            self.free()  # cached blocks back to the device, for the one that times
+            t = time.perf_counter()
+            self.send(("paused",))
+            while self._next() != b"R":
+                pass
+            self.paused += time.perf_counter() - t
+
+    def acquire(self):
+        """Block until this worker has the GPU to itself; then time on the timing cores."""
+        self.sync()
+        self.send(("acquire",))
+        while self._next() != b"G":  # a pause request that crossed ours is moot now
+            pass
+        if self.cores:
+            _AFFINITY(0, self.cores)
+
+    def release(self):
+        try:
+            self.sync()
+        except Exception:  # a failed timing: its error is already on its way to the verdict
+            pass
+        if self.cores:
+            _AFFINITY(0, self.shared)
+        self.send(("release",))
+
+
+class Running:
+    """The Evaluator's handle on one worker process running one job. state: run | pausing
+    (asked to pause, not yet there) | paused | wait (asked for the GPU) | hold (has it) |
+    done (timed; it only sends its result and exits); stopped: its process group is
+    SIGSTOPped."""
+
+    def __init__(self, kind, item, proc, conn, deadline, slot, log, gpu=None):
+        self.kind, self.item, self.proc, self.conn = kind, item, proc, conn
+        self.deadline, self.slot, self.log, self.start = deadline, slot, log, now()
+        self.job_deadline, self.call_limit, self.result = deadline, None, None
+        self.gpu, self.state, self.since, self.stopped, self.held_since = gpu, "run", now(), False, None
+
+    @property
+    def held(self):
+        """Not running: its deadlines wait."""
+        return self.stopped or self.state in ("paused", "wait")
+
+    def receive(self):
+        """Read what the worker sent: its result, a deadline for the candidate call it is
+        entering (("call", seconds)) or leaving (("call", None)), or a gate message.
+        -> True once it is done."""
+        try:
+            while self.conn.poll():
+                msg = self.conn.recv()
+                if isinstance(msg, tuple) and msg[:1] == ("call",):
+                    self.call_limit = msg[1]
+                    self.deadline = self.job_deadline if msg[1] is None else min(self.job_deadline, now() + msg[1])
+                elif msg == ("acquire",):
+                    self._set("wait")
+                elif msg == ("paused",):
+                    if self.state == "pausing":
+                        self._set("paused")
+                elif msg == ("release",):
+                    if self.state == "hold":
+                        self._set("done")  # its GPU work is over: only its exit is left
+                elif isinstance(msg, tuple):
+                    continue  # nothing else is a result
+                else:
+                    self.result = msg
+                    return True
+        except (EOFError, OSError):  # the worker died; its exit code tells the rest
+            return True
+        return False
+
+    def _set(self, state=None, stopped=None):
+        """A change of state or of stopped; the time a worker was held (not running) is
+        added to its deadlines when it runs again."""
+        was, t = self.held, now()
+        if state is not None and state != self.state:
+            self.state, self.since = state, t
+        if stopped is not None:
+            self.stopped = stopped
+        if was and not self.held:
+            self.deadline += t - self.held_since
+            self.job_deadline += t - self.held_since
+        elif self.held and not was:
+            self.held_since = t
+
+    def tell(self, byte):
+        try:
+            os.write(self.conn.fileno(), byte)
+        except OSError:  # it died; its result (or its exit) says the rest
+            pass
+
+    def stop(self, stop=True):
+        if self.stopped != stop:
+            try:
+                os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._set(stopped=stop)
+
+
+def pick_slot(free, slots, active, item):
+    """A free device slot for item (slots[s] is slot s's GPU): on the GPU with the fewest
+    jobs; an item that ran out of memory beside others runs alone on its GPU, and nothing
+    joins it there. -> a slot, or None."""
+    best = None
+    for s in free:
+        on = [r for r in active if r.slot is not None and r.gpu == slots[s]]
+        if any(r.item.get("alone") for r in on) or (item.get("alone") and on):
+            continue
+        if best is None or len(on) < best[0]:
+            best = (len(on), s)
+    return None if best is None else best[1]
+
+
+def join(new, workers):
+    """A worker just given a job on a GPU where someone waits or times: it pauses at its
+    first pause point, before any GPU work of its own."""
+    if any(w.state in ("wait", "hold") for w in workers):
+        new.tell(b"P")
+        new._set("pausing")
+
+
+def arbitrate(workers):
+    """One GPU's workers (their run jobs) -> the next step of the protocol: while one waits
+    for the GPU or holds it, every other one is asked to pause; the first one waiting gets
+    the GPU once all others are paused (or waiting themselves), and they are stopped; with
+    nobody waiting or holding, the paused ones go on. A worker in a long candidate call is
+    waited for (it reaches its pause point, or its call deadline ends it): stopping it there
+    would leave its kernels running under someone else's timing."""
+    workers = [w for w in workers if w.state != "done"]
+    holder = any(w.state == "hold" for w in workers)
+    waiting = sorted((w for w in workers if w.state == "wait"), key=lambda w: w.since)
+    if not (holder or waiting):
+        for w in workers:
+            if w.state in ("paused", "pausing"):
+                w.tell(b"R")  # one still on its way reads its P, then this R
+                w._set("run")
+            w.stop(False)
+        return
+    for w in workers:
+        if w.state == "run":
+            w.tell(b"P")
+            w._set("pausing")
+        elif w.state == "paused" and holder:
+            w.stop()  # one that paused during a timing
+    if holder or any(w.state == "pausing" for w in workers):
+        return
+    first = waiting[0]
+    for w in workers:
+        if w is not first:
+            w.stop()
+    first.stop(False)
+    first._set("hold")
+    first.tell(b"G")
