@@ -254,7 +254,7 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
     start = state.get("step", 0)
     extra = dict(state.get("extra") or {}, done=False)
     model.train()
-    step = start
+    step = done = start
     logf = open(os.path.join(out, "log.jsonl"), "a") if rank == 0 else None
     try:
         for step in range(start, total):
@@ -284,14 +284,15 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
             if logf:
                 logf.write(json.dumps(rec) + "\n")
                 logf.flush()
+            done = step + 1  # trained and logged: an interrupt from here on keeps this step
             if rank == 0 and (step % cfg["log_every"] == 0 or step + 1 == total):
                 print(f"{tag} step {step + 1}/{total} | loss {loss_sum:.4f} | lr {rec['lr']:.2e} | "
                       f"grad {rec['grad_norm']:.2f} | {rec['tok_s']} tok/s | {dt:.2f} s", flush=True)
             if (step + 1) % cfg["ckpt_every"] == 0 and step + 1 < total:
                 policy.save_checkpoint(out, model, tok, opt, step + 1, cfg, extra, write=rank == 0)
     except KeyboardInterrupt:
-        policy.save_checkpoint(out, model, tok, opt, step, cfg, extra, write=rank == 0)
-        sys.exit(f"\n{tag}: interrupted at step {step}; checkpoint saved in {out}; run the same command to resume")
+        policy.save_checkpoint(out, model, tok, opt, done, cfg, extra, write=rank == 0)
+        sys.exit(f"\n{tag}: interrupted at step {done}; checkpoint saved in {out}; run the same command to resume")
     finally:
         if logf:
             logf.close()

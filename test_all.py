@@ -565,6 +565,17 @@ def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
     assert v.ok, f"{v.status}/{v.reason}: {v.message}"
 
 
+def test_implausible_speedups_are_measured_again(cache, tasks):
+    """A speedup above suspicious_speedup is measured again, twice as long, and the verdict
+    says so; one below it is not."""
+    honest = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
+             "        return torch.nn.functional.gelu(x)\n"
+    for limit, again in ((0.05, True), (1e6, False)):
+        with make_eval(cache, "cpu", suspicious_speedup=limit) as ev:
+            [v] = ev.evaluate([(tasks["gelu"], honest)])
+        assert v.ok and ("re-measured" in v.message) == again, (limit, v.message)
+
+
 # ---------------------------------------------------------------------------- evaluate.py
 
 def test_evaluate_cli_writes_results(cache, tmp_path):
@@ -1074,21 +1085,33 @@ def test_pipeline_runs_every_stage(pipeline):
     assert "running Stage" not in again and "has run its 2 steps" in again
 
 
-def test_sft_resumes_after_interrupt(pipeline, tmp_path):
-    """Stage 1 from a dataset on disk: a checkpoint mid-run, then the same command resumes."""
+def test_sft_resumes_after_ctrl_c(pipeline, tmp_path):
+    """Stage 1 from a dataset on disk, stopped by a real SIGINT mid-run: the checkpoint saved
+    on the way out, the message saying so, and the same command resuming to the end."""
+    import re
+    import shutil
+    import signal
     out, argv, _ = pipeline
     base = tmp_path / "small" / "sft"
     base.mkdir(parents=True)
-    import shutil
     shutil.copy(os.path.join(out, "small", "sft", "data.jsonl"), base / "data.jsonl")
-    common = [a for a in argv if not a.startswith(("--out", "--epochs"))] + [f"--out={tmp_path}", "--ckpt_every=2"]
-    model, tok = policy.load(config.parse(common), train=True)
-    opt = torch.optim.AdamW(model.parameters())
-    policy.save_checkpoint(str(base), model, tok, opt, 2, config.parse(common))  # as if killed after step 2
-    stdout = run_script("sft.py", common + ["--epochs=3"])
-    assert "resuming from step 2" in stdout
-    assert policy.is_done(str(base))
-    assert json.loads(open(base / "log.jsonl").readline())["step"] == 3
+    common = [a for a in argv if not a.startswith(("--out", "--epochs"))] + \
+        [f"--out={tmp_path}", "--epochs=12", "--log_every=1", "--ckpt_every=1000"]
+    p = subprocess.Popen([sys.executable, "sft.py", *common], cwd=HERE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    for line in p.stdout:
+        if re.search(r"step 3/\d+", line):
+            p.send_signal(signal.SIGINT)
+            break
+    _, err = p.communicate(timeout=300)
+    m = re.search(r"interrupted at step (\d+); checkpoint saved", err)
+    assert p.returncode == 1 and m, err[-2000:]
+    step = int(m.group(1))
+    assert step >= 3 and policy.has_checkpoint(str(base)) and not policy.is_done(str(base))
+    stdout = run_script("sft.py", common)
+    assert f"resuming from step {step}" in stdout and policy.is_done(str(base))
+    log = [json.loads(line)["step"] for line in open(base / "log.jsonl")]
+    assert log[-1] > step and log == sorted(set(log)), log  # no step trained twice, none skipped at the end
 
 
 def test_stages_1_2_under_torchrun_with_fsdp2(pipeline, tmp_path):
