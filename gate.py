@@ -7,7 +7,8 @@ Evaluator then asks every other worker on that GPU to pause at its next pause po
 harness has them between candidate calls, right after a synchronize, so nothing of theirs
 is left queued on the device), stops their process groups (SIGSTOP: a thread a candidate
 left behind launches nothing either), and hands the GPU over. After the timing (release)
-the next waiting worker times, or the paused ones go on. Time spent paused or waiting does
+the worker that timed pauses too: the next waiting worker times, or all paused ones go on
+(the one that timed to its last check). Time spent paused or waiting does
 not count against a worker's deadlines.
 
 Messages, worker -> Evaluator, through the result pipe: ("call", seconds | None) for a
@@ -115,20 +116,26 @@ class WorkerGate:
             _AFFINITY(0, self.cores)
 
     def release(self):
+        """Timing done: give the GPU back and wait, paused, until the others may run too
+        (the next one waiting times first)."""
         try:
             self.sync()
+            self.free()
         except Exception:  # a failed timing: its error is already on its way to the verdict
             pass
         if self.cores:
             _AFFINITY(0, self.shared)
+        t = time.perf_counter()
         self.send(("release",))
+        while self._next() != b"R":
+            pass
+        self.paused += time.perf_counter() - t
 
 
 class Running:
     """The Evaluator's handle on one worker process running one job. state: run | pausing
-    (asked to pause, not yet there) | paused | wait (asked for the GPU) | hold (has it) |
-    done (timed; it only sends its result and exits); stopped: its process group is
-    SIGSTOPped."""
+    (asked to pause, not yet there) | paused (also after its timing) | wait (asked for the
+    GPU) | hold (has it); stopped: its process group is SIGSTOPped."""
 
     def __init__(self, kind, item, proc, conn, deadline, slot, log, gpu=None):
         self.kind, self.item, self.proc, self.conn = kind, item, proc, conn
@@ -158,7 +165,7 @@ class Running:
                         self._set("paused")
                 elif msg == ("release",):
                     if self.state == "hold":
-                        self._set("done")  # its GPU work is over: only its exit is left
+                        self._set("paused")  # until nobody waits for the GPU
                 elif isinstance(msg, tuple):
                     continue  # nothing else is a result
                 else:
@@ -226,7 +233,6 @@ def arbitrate(workers):
     nobody waiting or holding, the paused ones go on. A worker in a long candidate call is
     waited for (it reaches its pause point, or its call deadline ends it): stopping it there
     would leave its kernels running under someone else's timing."""
-    workers = [w for w in workers if w.state != "done"]
     holder = any(w.state == "hold" for w in workers)
     waiting = sorted((w for w in workers if w.state == "wait"), key=lambda w: w.since)
     if not (holder or waiting):

@@ -530,25 +530,29 @@ def run_job(job):
             if cfg["require_kernel"] and h.calls == 0:
                 raise Reject("rejected", "no_kernel", "forward never called a compiled kernel")
             t2, p2, wait = h.clock(), h.gate.paused, 0.0
+            t3 = t2
             if cfg["time_candidates"]:
                 h.gate.acquire()  # the GPU alone from here to release: no other worker runs on it
                 wait = h.clock() - t2
                 try:
                     ref_ms, new_ms, spread = timing.run_timing(h, ref, new)
-                    check_after_timing(h, ref, new, ref64)
                 except Reject:
                     raise
                 except Exception as e:
                     raise classify(e, "timing") from e
                 finally:
+                    t3 = h.clock()
                     h.gate.release()
+                t4 = h.clock()
+                check_after_timing(h, ref, new, ref64)
                 res = dict(status="ok", speedup=ref_ms / new_ms, ref_ms=ref_ms, new_ms=new_ms, spread=spread,
                            message="; ".join(h.notes))
             else:  # Stages 1-2 filter on correctness alone (paper section 3.1-3.2)
+                t4 = t2
                 res = dict(status="ok", message="correct (not timed)")
-            # each phase without its pauses; the pauses and the wait for the GPU apart (gate.py)
-            res["seconds"] = dict(load=t1 - t0 - p1, check=t2 - t1 - (p2 - p1), time=h.clock() - t2 - wait,
-                                  wait=p2 + wait)
+            # each phase without its pauses; the pauses and the waits for the GPU apart (gate.py)
+            res["seconds"] = dict(load=t1 - t0 - p1, check=t2 - t1 - (p2 - p1) + h.clock() - t4,
+                                  time=t3 - t2 - wait, wait=h.gate.paused + wait)
         except Reject as r:
             res = dict(status=r.status, reason=r.reason, message=r.message, log=kernels.trim_log(r.extra.get("log", "")))
             if "err" in r.extra:
