@@ -6,8 +6,10 @@ output folder, the optimizer, and judging model responses. No candidate code run
     out, finished = common.start_stage(cfg, "sft")     # out/<config>/sft/, with run_config.json
     judged = common.judge_responses(ev, [(task, text), ...], "judging")   # [(Parsed, Verdict)]
 """
+import atexit
 import json
 import os
+import shutil
 
 import torch
 
@@ -139,7 +141,20 @@ def start_stage(cfg, stage, write_config=True):
     os.makedirs(out, exist_ok=True)
     if write_config:
         config.save(cfg, os.path.join(out, "run_config.json"))
+        atexit.register(_drop_if_empty, out)
     return out, False
+
+
+def _drop_if_empty(out):
+    """At exit: a stage folder that holds only its run_config.json and empty files (the run
+    failed before it produced anything) is removed, so nothing looks half done."""
+    try:
+        names = os.listdir(out)
+        if all(n == "run_config.json" or os.path.getsize(os.path.join(out, n)) == 0 for n in names):
+            shutil.rmtree(out)
+            os.rmdir(os.path.dirname(out))  # out/<config> too, if nothing else is in it
+    except OSError:
+        pass
 
 
 def reduce_and_clip(model, world, max_norm):

@@ -1208,6 +1208,29 @@ def test_file_teacher_reads_the_cuda_l1_layout(tmp_path, tasks):
         sft.teacher_stream("gpt:x", [], cfg, "cpu")
 
 
+def test_sft_with_a_file_teacher_end_to_end(cache, tmp_path, tasks):
+    """The README's `sft.py --config small --teachers file:<release>`: records that bring
+    their own reference are judged against it, kept, and trained on; a broken file stops
+    the run with one line and leaves no half-made stage folder."""
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    rows = [dict(level_id=1, task_id=7, ref_code=tasks["gelu"].code, custom_code=seed),
+            dict(level_id=1, task_id=8, ref_code=tasks["gelu"].code, custom_code="None")]
+    path = tmp_path / "release.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["--config=small", f"--teachers=file:{path}", f"--out={tmp_path / 'out'}", f"--cache_dir={cache}",
+            *TINY, "--epochs=1", "--timing_rounds=2", "--round_seconds=0.05"]
+    run_script("sft.py", argv)
+    stage = tmp_path / "out" / "small" / "sft"
+    data = [json.loads(line) for line in open(stage / "data.jsonl")]
+    assert [d["task"] for d in data] == ["L1_7"] and data[0]["speedup"] > 0, data
+    assert policy.is_done(str(stage))
+    (tmp_path / "bad.jsonl").write_text('{"task_id": 1}\n')
+    argv = [a.replace(str(path), str(tmp_path / "bad.jsonl")).replace("/out", "/out2") for a in argv]
+    r = subprocess.run([sys.executable, "sft.py", *argv], cwd=HERE, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "bad.jsonl:1: record names no task" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "out2" / "small").exists()
+
+
 def test_openai_teacher_against_a_local_server(tasks, monkeypatch):
     import http.server
     import threading
