@@ -1174,6 +1174,34 @@ def test_crl_survives_kill_9_and_resumes(pipeline, tmp_path):
     assert log[-2:] == [step + 1, step + 2]
 
 
+def test_crl_resumes_after_ctrl_c(pipeline, tmp_path):
+    """Stage 3 stopped by a real SIGINT mid-run: the message, workers stopped, the database
+    intact; the same command resumes after the last checkpoint and ends with one log row per
+    step."""
+    import re
+    import shutil
+    import signal
+    out, argv, _ = pipeline
+    shutil.copytree(os.path.join(out, "small"), tmp_path / "small")
+    cmd = [a for a in argv if not a.startswith(("--out", "--crl_steps"))] + \
+        [f"--out={tmp_path}", "--crl_steps=5", "--crl_ckpt_every=2"]
+    p = subprocess.Popen([sys.executable, "crl.py", *cmd], cwd=HERE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    for line in p.stdout:
+        if line.startswith("step 3 |"):
+            p.send_signal(signal.SIGINT)
+            break
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 1 and re.search(r"crl: interrupted in step \d+; the last checkpoint", err), err[-2000:]
+    base = tmp_path / "small" / "crl"
+    rows = exemplars.Database(str(base / "db.jsonl")).rows  # readable, nothing torn
+    assert rows
+    stdout = run_script("crl.py", cmd)
+    assert re.search(r"crl: resuming after step [24]", stdout), stdout[-2000:]
+    assert [json.loads(line)["step"] for line in open(base / "log.jsonl")] == [1, 2, 3, 4, 5]
+    assert len(exemplars.Database(str(base / "db.jsonl")).rows) >= len(rows)
+
+
 def test_evaluate_model_mode_compares_checkpoints(pipeline, cache, tmp_path):
     out, _, _ = pipeline
     ck = os.path.join(out, "small", "sft")
