@@ -204,7 +204,7 @@ def run(cfg):
                 rec = one_step(r, step)
                 if rank == 0:
                     common.append_jsonl(os.path.join(out, "log.jsonl"), [rec])
-                    print(" | ".join(f"{k} {v}" for k, v in rec.items()), flush=True)
+                    print(" | ".join(f"{k} {v}" for k, v in rec.items() if k != "ranks"), flush=True)
                 if step % cfg["crl_ckpt_every"] == 0 or step == cfg["crl_steps"]:
                     # every rank takes part (FSDP2 gathers the shards); rank 0 writes
                     policy.save_checkpoint(out, model, tok, opt, step, cfg, dict(seeded=True), write=rank == 0)
@@ -268,6 +268,7 @@ def one_step(r, step):
                 clip_frac=round(st["clipped"] / max(1.0, st["tokens"]), 4),
                 skipped_groups=sum(e["skipped"] for e in every), groups=sum(e["groups"] for e in every),
                 new_variants=len(new), db_size=len(r.db.rows),
+                ranks=[[e["db"], e["params"]] for e in every],  # (database rows, weight checksum) per rank
                 tok_s=round(sum(e["gen_tok"] for e in every) / max(1e-9, t1 - t0)),
                 gen_s=round(t1 - t0, 1), eval_s=round(t2 - t1, 1), update_s=round(t3 - t2, 1))
 

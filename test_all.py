@@ -1360,6 +1360,13 @@ def test_crl_under_torchrun_keeps_ranks_in_sync(pipeline, tmp_path):
     log = [json.loads(line) for line in open(tmp_path / "small" / "crl" / "log.jsonl")]
     assert [r["step"] for r in log] == [1, 2] and all(r["groups"] == 2 for r in log)
     assert "crl: 2 steps" in stdout
+    # what each rank reported after every step: the same database size and weights on both
+    assert all(len(r["ranks"]) == 2 and r["ranks"][0] == r["ranks"][1] and r["ranks"][0][1] != 0 for r in log)
+    assert log[-1]["ranks"][0][0] == len(exemplars.Database(str(tmp_path / "small" / "crl" / "db.jsonl")).rows)
+    # and the checkpoint rank 0 wrote holds those weights
+    import crl
+    model, _, _ = policy.load_checkpoint(str(tmp_path / "small" / "crl"), config.parse(args))
+    assert crl.param_checksum(model) == pytest.approx(log[-1]["ranks"][0][1], rel=1e-9)
 
 
 @gpu
