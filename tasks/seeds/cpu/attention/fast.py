@@ -5,8 +5,8 @@ once per head, then Q K^T and P V both use one register-tile kernel (16 AVX-512 
 one vector load and 16 broadcast FMAs per step), and the softmax in between is vectorized with
 a polynomial exp; the 1/sum is applied to the 32 outputs rather than the 128 probabilities.
 Only 16 score rows (8 KiB) exist at a time, unlike eager PyTorch's four ops (two batched
-GEMMs, divide, softmax) that each write a full 8 x 128 x 128 tensor. Measured 0.95-1.3x of
-eager (parity, within this VM's noise) and 10-14x faster than naive.py.
+GEMMs, divide, softmax) that each write a full 8 x 128 x 128 tensor. Expect about eager's
+speed and many times naive.py's.
 Needs S and D to be multiples of 16 (asserted).
 """
 import math

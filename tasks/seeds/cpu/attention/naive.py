@@ -3,8 +3,8 @@
 Analysis: per (head, query) row: 128 scalar dot products of length 32 for the
 scores (written to a full 128 x 128 probability matrix per head), a scalar softmax with
 std::exp, then 32 dot products that walk columns of V with a 128-byte stride. About 17 MFLOP
-in all, every chain serial and unvectorized: measured 6-8x slower than eager PyTorch,
-whose two batched MKL GEMMs and vectorized softmax take well under a millisecond.
+in all, every chain serial and unvectorized: expect it several times slower than eager
+PyTorch, whose two batched MKL GEMMs and vectorized softmax do the same work vectorized.
 """
 import math
 

@@ -3,8 +3,8 @@
 Analysis: a direct convolution: each of the 131K outputs loops over 16 input
 channels x 9 taps (37.7 MFLOP in all) with a bounds check per tap and a serial float chain,
 then adds both biases, applies ReLU and the scale before its single store. Fusing the epilogue
-is free here, but the convolution itself is scalar and unblocked: measured 11-14x slower
-than eager PyTorch, whose oneDNN convolution is vectorized and blocked.
+is free here, but the convolution itself is scalar and unblocked: expect it an order of
+magnitude slower than eager PyTorch, whose oneDNN convolution is vectorized and blocked.
 """
 import torch
 import torch.nn as nn

@@ -3,7 +3,7 @@
 Analysis: follows the reference literally: it writes the 512 x 512 diagonal matrix
 (1 MiB, almost all zeros) and then runs a naive matmul, 2 * 512^3 = 268 MFLOP of serial dot
 products that walk columns of B with a 2 KiB stride. Eager PyTorch does the same O(N^3) work
-with MKL's SGEMM, so this measured about 50x slower than eager; nearly all of the work is
+with MKL's SGEMM, so expect this far slower than eager; nearly all of the work is
 multiplying by zero, which fast.py removes.
 """
 import torch

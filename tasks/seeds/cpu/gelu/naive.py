@@ -2,8 +2,8 @@
 
 Analysis: 512 x 4096 fp32 is 8 MiB in and 8 MiB out, so at memory speed this is a
 fraction of a millisecond, but here it is compute-bound: std::erf is an out-of-line libm call
-per element that the compiler cannot vectorize, at roughly 15 ns each, so even split over
-both cores this measured about 15x slower than eager PyTorch. Eager GELU runs one vectorized
+per element that the compiler cannot vectorize, so even split over the cores expect it
+many times slower than eager PyTorch. Eager GELU runs one vectorized
 (AVX-512) pass; fast.py shows that the gap is the scalar erf, not the memory traffic.
 """
 import torch

@@ -3,7 +3,7 @@
 Analysis: after max(dim=1, keepdim=True) each row holds one value m, and the mean
 over that one-element dimension is m itself, so every row is m - m = 0 and gelu(0) = 0 for
 any finite input. The GEMM, max and GELU are skipped and one tiny kernel writes 128 zeros:
-measured 10-30x faster than eager PyTorch, which still runs the 67 MFLOP GEMM. The
+far faster than eager PyTorch, which still runs the 67 MFLOP GEMM. The
 evaluator flags such input-independent outputs and reports them apart; self.gemm is kept only
 so the parameters match the task's.
 """

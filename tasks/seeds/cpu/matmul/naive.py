@@ -3,7 +3,7 @@
 Analysis: 2 * 384^3 = 113 MFLOP on 1.7 MiB of data. Each output is a serial dot
 product (no vectorization: float adds may not be reordered), and its inner loop walks a
 column of B with a 1.5 KiB stride, touching a new cache line for every single float. So it
-runs at well under one FMA per cycle per core; measured 30-60x slower than eager PyTorch,
+runs at well under one FMA per cycle per core; expect it tens of times slower than eager PyTorch,
 which calls MKL's blocked, AVX-512 SGEMM.
 """
 import torch

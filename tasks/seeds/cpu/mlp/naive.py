@@ -3,7 +3,7 @@
 Analysis: two linears of 2 * 64 * 256 * 1024 = 33.5 MFLOP each, as serial
 scalar dot products (one per output, no vectorization), with the tanh GELU applied in the
 first kernel as each hidden value is produced (std::tanh per element). The GEMMs dominate:
-measured 15-25x slower than eager PyTorch (MKL addmm, vectorized GELU, MKL addmm).
+expect it an order of magnitude slower than eager PyTorch (MKL addmm, vectorized GELU, MKL addmm).
 """
 import torch
 import torch.nn as nn

@@ -3,7 +3,7 @@
 Analysis: one read of 16 MiB and 4 KiB written: memory-bound in principle. But
 `acc += row[c]` is one serial chain of dependent float adds (the compiler may not reorder
 float additions, so it cannot vectorize), so each core retires about one element per FP-add
-latency (~4 cycles) instead of 16 per cycle. Measured 2-4x slower than eager PyTorch,
+latency (~4 cycles) instead of 16 per cycle. Expect it a few times slower than eager PyTorch,
 whose sum uses vector partial sums; the fix is to break the chain, see fast.py.
 """
 import torch

@@ -3,7 +3,7 @@
 Analysis: three passes per 16 KiB row (max, exp and sum, divide), all in L1/L2,
 so memory is not the limit: the 2M std::exp calls are. They are scalar libm calls and the
 max and sum loops are serial chains, so nothing vectorizes; the divide pass also pays a
-division per element. Measured about 8x slower than eager PyTorch's vectorized softmax.
+division per element. Expect it several times slower than eager PyTorch's vectorized softmax.
 """
 import torch
 import torch.nn as nn

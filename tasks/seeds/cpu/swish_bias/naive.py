@@ -3,7 +3,7 @@
 Analysis: one fused loop, so 4 MiB is read and 4 MiB written once, unlike eager
 PyTorch's three passes (sigmoid, multiply, add: three reads, three writes, two temporaries).
 But each element costs a scalar libm exp call and a division, which the compiler cannot
-vectorize, so the loop is compute-bound: measured about 0.3-0.4x of eager, whose three passes
+vectorize, so the loop is compute-bound: expect it slower than eager, whose three passes
 are each vectorized.
 """
 import torch
