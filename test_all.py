@@ -1049,6 +1049,29 @@ def test_bucket_sampling_frequencies():
     assert exemplars.bucket_sample([], 2, 0.5, 1.0, rng) == []
 
 
+def test_random_exemplars_are_uniform_and_bucket_ones_are_not(tmp_path):
+    """`--exemplars random` (the ablation) shows each earlier success equally often; the
+    default bucket sampling favours the faster ones. Failures are never shown."""
+    import random
+    db = exemplars.Database(str(tmp_path / "db.jsonl"))
+    speeds = [0.1, 0.12, 0.15, 0.2, 3.0]
+    db.add([dict(task="t", task_hash="h", source_hash=str(i), code=f"c{i}", status="ok", speedup=s)
+            for i, s in enumerate(speeds)] + [dict(task="t", task_hash="h", source_hash="x", code="bad",
+                                                   status="incorrect", speedup=0.0)])
+    task = taskset.Task(name="t", code="", source="test")
+    n = 6000
+    for mode in ("random", "bucket"):
+        cfg = dict(config.parse([]), exemplars=mode, n_exemplars=1)
+        rng = random.Random(0)
+        picks = [exemplars.pick_exemplars(db, task, cfg, rng) for _ in range(n)]
+        assert all(len(p) == 1 and p[0]["code"] != "bad" for p in picks)
+        share = sum(p[0]["speedup"] == 3.0 for p in picks) / n
+        if mode == "random":
+            assert abs(share - 1 / 5) < 0.03, share
+        else:  # two buckets, {0.1..0.2} and {3.0}: the fast one drawn far more than 1 in 5
+            assert share > 0.6, share
+
+
 def test_database_drops_a_torn_line(tmp_path):
     db = exemplars.Database(str(tmp_path / "db.jsonl"))
     row = dict(task="gelu", task_hash="t", source_hash="a", code="x", status="ok", speedup=1.5, step=1)
