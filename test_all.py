@@ -1175,6 +1175,29 @@ def test_sft_resumes_after_ctrl_c(pipeline, tmp_path):
     assert log[-1] > step and log == sorted(set(log)), log  # no step trained twice, none skipped at the end
 
 
+def test_stage_1_interrupted_while_judging_starts_over(pipeline, tmp_path):
+    """Ctrl-C while Stage 1 judges its teachers' samples: workers stopped, no dataset
+    written; the same command judges them again (builds come from the cache) and trains."""
+    import re
+    import signal
+    _, argv, _ = pipeline
+    cmd = [a for a in argv if not a.startswith("--out")] + [f"--out={tmp_path}"]
+    p = subprocess.Popen([sys.executable, "sft.py", *cmd], cwd=HERE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_reaches)
+    for line in p.stdout:
+        if "judging teacher samples" in line:
+            time.sleep(0.5)  # in the evaluator (starting or judging)
+            p.send_signal(signal.SIGINT)
+            break
+    _, err = p.communicate(timeout=300)
+    base = tmp_path / "small" / "sft"
+    assert p.returncode == 1 and re.search(r"sft.py: interrupted; run the same command", err), err[-2000:]
+    assert not (base / "data.jsonl").exists() and not policy.has_checkpoint(str(base))
+    stdout = run_script("sft.py", cmd)
+    assert re.search(r"teacher builtin: 6 samples, \d+ kept", stdout), stdout[-2000:]
+    assert (base / "data.jsonl").exists() and policy.is_done(str(base))
+
+
 def test_stages_1_2_under_torchrun_with_fsdp2(pipeline, tmp_path):
     """Stage 1 on two ranks with FSDP2 (gloo) gives the weights one process gets with
     grad_accum 2 (the same micro-batches per step); Stage 2 then samples and judges a share
