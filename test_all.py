@@ -593,6 +593,19 @@ def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
     assert v.ok, f"{v.status}/{v.reason}: {v.message}"
 
 
+def test_the_same_code_is_measured_once_per_evaluator(cache, tasks):
+    """evaluate.py judges every checkpoint with one Evaluator: code a second checkpoint also
+    produces gets the first one's measurement under its own name, with no new worker."""
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    with make_eval(cache, "cpu") as ev:
+        [a] = ev.evaluate([(tasks["gelu"], taskset.Solution(seed, "base:gelu/sample0"))])
+        jobs = ev._jobs
+        [b] = ev.evaluate([(tasks["gelu"], taskset.Solution(seed, "crl:gelu/sample1"))])
+        assert ev._jobs == jobs  # no worker started for it
+    assert a.ok and (a.speedup, a.ref_ms, a.new_ms, a.seed) == (b.speedup, b.ref_ms, b.new_ms, b.seed)
+    assert (a.solution, b.solution) == ("base:gelu/sample0", "crl:gelu/sample1")
+
+
 def test_implausible_speedups_are_measured_again(cache, tasks):
     """A speedup above suspicious_speedup is measured again, twice as long, and the verdict
     says so; one below it is not."""
