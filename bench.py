@@ -16,8 +16,9 @@ update seconds, and peak GPU memory in each phase.
 
 Throughput: unique candidates fully evaluated (compiled, checked, timed) per minute with
 the configured workers (checks_per_gpu run workers share each GPU; timing has it alone),
-build latency per candidate, the cost of a build-cache hit, and where the time goes. Stability: each candidate's speedup from two runs, each in fresh
-workers; the relative difference per candidate and its median over the suite.
+build latency per candidate, the cost of a build-cache hit, and where the time goes.
+Stability: each candidate's speedup from two runs, each in fresh workers; the relative
+difference per candidate and its median over the suite.
 Results go to out/bench/<what>-<backend>.json.
 """
 import json

@@ -104,9 +104,20 @@ def all_reduce_grads(model, world):
 # Files
 
 
-def read_jsonl(path):
+def read_jsonl(path, torn_tail=False):
+    """The rows of a JSONL file. torn_tail: a last line cut short by a kill mid-append (no
+    newline, not valid JSON) is dropped; anything else that does not parse still raises."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = f.read().split("\n")
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            if line.strip():
+                rows.append(json.loads(line))
+        except ValueError:
+            if not (torn_tail and i == len(lines) - 1):
+                raise
+    return rows
 
 
 def write_jsonl(path, rows):

@@ -17,7 +17,6 @@ db.jsonl (the exemplar database), log.jsonl (one line per step), samples/, curve
 (with matplotlib). Killed, even with kill -9? Run the same command again: it resumes from
 the last checkpoint with the database intact.
 """
-import json
 import math
 import os
 import random
@@ -172,12 +171,7 @@ def run(cfg):
         print(f"crl: resuming after step {state['step']}")
         log = os.path.join(out, "log.jsonl")
         if rank == 0 and os.path.exists(log):  # steps logged after that checkpoint run again: their rows go
-            rows = []
-            for line in open(log):
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:  # a line torn by a kill
-                    pass
+            rows = common.read_jsonl(log, torn_tail=True)
             common.write_jsonl(log, [rec for rec in rows if rec.get("step", 0) <= state["step"]])
     else:  # a stage's checkpoint, a model folder or a hub name
         model, tok = policy.load(cfg, start_from, train=True)

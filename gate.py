@@ -100,11 +100,7 @@ class WorkerGate:
         if self._next() == b"P":
             self.sync()
             self.free()  # cached blocks back to the device, for the one that times
-            t = time.perf_counter()
-            self.send(("paused",))
-            while self._next() != b"R":
-                pass
-            self.paused += time.perf_counter() - t
+            self._hold(("paused",))
 
     def acquire(self):
         """Block until this worker has the GPU to itself; then time on the timing cores."""
@@ -125,8 +121,12 @@ class WorkerGate:
             pass
         if self.cores:
             _AFFINITY(0, self.shared)
+        self._hold(("release",))
+
+    def _hold(self, msg):
+        """Send msg, then wait for R; the time it took counts as paused."""
         t = time.perf_counter()
-        self.send(("release",))
+        self.send(msg)
         while self._next() != b"R":
             pass
         self.paused += time.perf_counter() - t

@@ -524,6 +524,7 @@ class Evaluator:
                            f"{self.cfg['call_timeout_factor']:.0f}x the reference's time or "
                            f"{self.cfg['call_timeout']:.0f} s: a hang, or far too slow")
             res = dict(status="timeout", reason="timeout", message=message, log=trim_log(_tail(r.log)))
+            r.conn.close()
         else:
             res = r.result
             if res is not None:  # it exits by itself now; the scheduler does not wait for that
@@ -545,8 +546,6 @@ class Evaluator:
                     res = dict(status="runtime_error", reason="exit",
                                message=f"worker exited with code {code} (os._exit or a fatal error)")
                 res["log"] = trim_log(_tail(r.log))
-        if timed_out:
-            r.conn.close()
         sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
         res.setdefault("seconds", {})
         res["seconds"][r.kind] = round(gate.now() - r.start, 3)

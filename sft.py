@@ -254,7 +254,7 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
     start = state.get("step", 0)
     extra = dict(state.get("extra") or {}, done=False)
     model.train()
-    step = done = start
+    done = start  # steps trained and logged
     logf = open(os.path.join(out, "log.jsonl"), "a") if rank == 0 else None
     try:
         for step in range(start, total):
