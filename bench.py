@@ -28,6 +28,7 @@ import tempfile
 import time
 
 import config
+import gate
 import kernels
 import taskset
 
@@ -101,7 +102,9 @@ def throughput(cfg, pairs):
     for label in ("cold cache", "warm cache"):
         t0 = time.time()
         with kernels.Evaluator(cfg) as ev:
+            g0 = gate.now()
             vs = ev.evaluate(pairs, desc=label)
+            share = gate.gate_share(ev.trace, g0, gate.now())
         wall = time.time() - t0
         for v in vs:  # the seeds are all correct: a failure here is the evaluator's to explain
             if not v.ok:
@@ -112,7 +115,7 @@ def throughput(cfg, pairs):
                            compile_med=pct(sec("compile"), 0.5), compile_max=max(sec("compile") or [0]),
                            check_med=pct(sec("check"), 0.5), time_med=pct(sec("time"), 0.5),
                            wait_med=pct(sec("wait"), 0.5),
-                           run_med=pct(sec("run"), 0.5), workers=ev.workers)
+                           run_med=pct(sec("run"), 0.5), workers=ev.workers, gpu_share=share)
     # A build-cache hit inside one process: the cost a worker pays to load a built kernel.
     src = next((s.code for _, s in pairs if "load_cuda(" in s.code or "load_cpp(" in s.code), None)
     hit_ms = None
@@ -141,6 +144,11 @@ def throughput(cfg, pairs):
               f"{r['compile_max']:10.2f} {r['check_med']:10.2f} {r['time_med']:9.2f} {r['wait_med']:9.2f} {r['run_med']:8.2f}")
     print("(run: a run worker's whole job, waits included; wait: paused for other workers' timings or "
           "waiting for the GPU alone)")
+    for label, r in rows.items():
+        for g, a in r["gpu_share"].items():
+            tot = sum(a.values()) or 1
+            print(f"{label}, GPU {g}: timing {a['timing']:.1f} s ({100 * a['timing'] / tot:.0f}%), waiting for "
+                  f"pause points {a['waiting']:.1f} s, neither (loads, checks, start) {a['other']:.1f} s")
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"

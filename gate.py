@@ -17,6 +17,7 @@ single bytes on the same (duplex) pipe after the job: P pause, R resume, G go.
 
     Worker side (worker.py):  WorkerGate(fd, send, sync, cores, free): pause_point, acquire, release
     Parent side (kernels.py): Running (one worker), pick_slot, join, arbitrate(workers of one GPU)
+    Reading a run's trace (bench.py): gate_share(trace, t0, t1)
 """
 import os
 import select
@@ -142,6 +143,7 @@ class Running:
         self.deadline, self.slot, self.log, self.start = deadline, slot, log, now()
         self.job_deadline, self.call_limit, self.result = deadline, None, None
         self.gpu, self.state, self.since, self.stopped, self.held_since = gpu, "run", now(), False, None
+        self.trace = None  # a list to append (time, GPU, worker pid, new state) to, or None
 
     @property
     def held(self):
@@ -181,6 +183,8 @@ class Running:
         was, t = self.held, now()
         if state is not None and state != self.state:
             self.state, self.since = state, t
+            if self.trace is not None:
+                self.trace.append((t, self.gpu, self.proc.pid, state))
         if stopped is not None:
             self.stopped = stopped
         if was and not self.held:
@@ -257,3 +261,23 @@ def arbitrate(workers):
     first.stop(False)
     first._set("hold")
     first.tell(b"G")
+
+
+def gate_share(trace, t0, t1):
+    """Evaluator.trace (time, GPU, worker, state) -> {GPU: seconds of [t0, t1] (gate.now()
+    clock) spent timing (a worker holds the GPU), waiting (one asked for it, the others
+    are still on their way to a pause point) and other (loading and checking only, or
+    starting up)}: where the time goes when throughput falls short of the timing capacity."""
+    out = {}
+    for g in sorted({e[1] for e in trace}):
+        evs = [e for e in trace if e[1] == g and t0 <= e[0] <= t1]
+        states, acc = {}, dict(timing=0.0, waiting=0.0)
+        for (t, _, w, st), nxt in zip(evs, [e[0] for e in evs[1:]] + [t1]):
+            states[w] = st
+            vals = set(states.values())
+            k = "timing" if "hold" in vals else "waiting" if "wait" in vals else None
+            if k:
+                acc[k] += nxt - t
+        acc["other"] = (t1 - t0) - acc["timing"] - acc["waiting"]
+        out[g] = acc
+    return out

@@ -398,6 +398,7 @@ class Evaluator:
         self._jobs = 0
         self._standby = {}  # slot -> a run worker with its CUDA context up, waiting for a job
         self._exiting = []  # (worker that sent its result, when to kill it if it has not exited)
+        self.trace = []  # the GPU gate's state changes (gate.Running.trace), for bench.py
         self._clean_stale()
 
     def _clean_stale(self):
@@ -466,7 +467,9 @@ class Evaluator:
             proc, conn = self._standby.pop(slot, None) or self._spawn_standby(slot)
             conn.send((kind, job))
             self._standby[slot] = self._spawn_standby(slot)
-            return gate.Running(kind, item, proc, conn, gate.now() + timeout, slot, job["log"], self.slots[slot])
+            r = gate.Running(kind, item, proc, conn, gate.now() + timeout, slot, job["log"], self.slots[slot])
+            r.trace = self.trace
+            return r
         parent, child = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=self.worker.child_main, args=(kind, child, job), daemon=True)
         proc.start()
@@ -651,6 +654,7 @@ class Evaluator:
                     if not done and (r.held or gate.now() < r.deadline):
                         continue
                     active.remove(r)
+                    r._set("done")
                     if r.slot is not None:
                         free.append(r.slot)
                         free.sort()
