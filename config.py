@@ -41,7 +41,7 @@ SETTINGS = {
         reject_reused_output=(False, "reject outputs returned in an earlier call's buffer (else flagged)"),
         timing_rounds=(5, "rounds of interleaved reference/candidate runs (median of round medians)"),
         max_rounds=(10, "extra rounds allowed when rounds disagree"),
-        round_seconds=(0.15, "target length of one round (both programs)"),
+        round_seconds=(0.1, "target length of one round (both programs)"),
         min_runs=(3, "timed calls per program per round, at least (programs slower than a round: what fits, >= 1)"),
         max_runs=(100, "timed calls per program per round, at most"),
         spread_limit=(0.05, "rounds disagreeing by more than this get more rounds"),

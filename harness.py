@@ -172,8 +172,10 @@ class Harness:
         return cls(*self.init_args).to(self.dev)
 
     def models(self, seed):
-        """The reference and the candidate, each built from `seed`."""
+        """The reference and the candidate, each built from `seed` (on the host: for large
+        weights, tenths of a second each, so a pause point between them)."""
         ref = self.build(self.task.Model, seed)
+        self.gate.pause_point()
         return ref, self.candidate(seed)
 
     def candidate(self, seed, weights=None):
@@ -383,6 +385,7 @@ def run_checks(h):
     errs, tols, constant, kept = [], [], True, None
     for s in range(cfg["check_seeds"]):
         seed = seed0 + 1000 * s
+        h.gate.pause_point()
         ref, new = h.models(seed)
         ref64 = correctness.float64_copy(ref)
         prints = []  # (candidate, reference) fingerprints of this seed's calls

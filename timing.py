@@ -56,43 +56,51 @@ def run_timing(h, ref, new):
             fn(*xs)
             return (h.clock() - t0) * 1e3
 
-    timed(ref_fn), timed(new)  # warm-up: lazy initialization, autotuning, caches
     t0 = h.clock()
-    est = [kernels.median([timed(fn) for _ in range(3)]) for fn in (ref_fn, new)]
+    timed(ref_fn), timed(new)  # warm-up: lazy initialization, autotuning, caches
+    # a pair that took a third of a round even cold is estimated on one pair, not three
+    n = 3 if (h.clock() - t0) < cfg["round_seconds"] / 3 else 1
+    t0 = h.clock()
+    est = [kernels.median([timed(fn) for _ in range(n)]) for fn in (ref_fn, new)]
     # one timed pair as the host sees it (flush, synchronize, bookkeeping included): rounds
     # are sized on this, so that a round of tiny kernels lasts round_seconds too
-    pair_ms = max(sum(est), (h.clock() - t0) * 1e3 / 3)
+    pair_ms = max(sum(est), (h.clock() - t0) * 1e3 / n)
     rng = random.Random(seed)
 
-    def measure(runs, rounds):
-        rr, rn = [], []
-        t0 = h.clock()
-        # extra rounds while rounds disagree, up to max_rounds and 4x the planned time
-        while len(rr) < rounds or (len(rr) < cfg["max_rounds"] and max(_spread(rr), _spread(rn)) > cfg["spread_limit"]
-                                   and h.clock() - t0 < 4 * rounds * max(cfg["round_seconds"], runs * pair_ms / 1e3)):
-            tr, tn = [], []
-            for _ in range(runs):
-                pair = [(ref_fn, tr), (new, tn)]
-                rng.shuffle(pair)
-                for fn, acc in pair:
-                    acc.append(timed(fn))
-            rr.append(kernels.median(tr))
-            rn.append(kernels.median(tn))
-        return rr, rn
+    def one_round(runs, rr, rn):
+        tr, tn = [], []
+        for _ in range(runs):
+            pair = [(ref_fn, tr), (new, tn)]
+            rng.shuffle(pair)
+            for fn, acc in pair:
+                acc.append(timed(fn))
+        rr.append(kernels.median(tr))
+        rn.append(kernels.median(tn))
 
     fit = cfg["round_seconds"] * 1e3 / max(1e-3, pair_ms)  # pairs that fit one round
     runs, rounds = int(min(cfg["max_runs"], max(cfg["min_runs"], fit))), cfg["timing_rounds"]
-    # Slow programs (min_runs pairs overrun a round twice over) get at most 3 rounds of as
-    # many pairs as fit one (at least one): their speedups are far from 1 (a 275 ms naive
-    # GEMM against a 3 ms cuBLAS), and the GPU, which timing holds alone, is better spent
-    # on the next candidate.
-    if runs * pair_ms > 2e3 * cfg["round_seconds"]:
+    # Slow programs (min_runs pairs overrun a round twice over) get 3 rounds of as many
+    # pairs as fit one (at least one), and no extra rounds: their speedups are far from 1
+    # (a 275 ms naive GEMM against a 3 ms cuBLAS), and the GPU, which timing holds alone,
+    # is better spent on the next candidate.
+    slow = runs * pair_ms > 2e3 * cfg["round_seconds"]
+    if slow:
         runs, rounds = max(1, int(fit)), min(3, rounds)
-    rr, rn = measure(runs, rounds)
-    speedup = kernels.median(rr) / kernels.median(rn)
-    if speedup > cfg["suspicious_speedup"]:  # implausible: measure again, twice as long
-        rr, rn = measure(2 * runs, rounds)
-        h.notes.append(f"speedup {speedup:.1f}x re-measured")
+    suspicious = lambda rr, rn: kernels.median(rr) / kernels.median(rn) > cfg["suspicious_speedup"]
+    rr, rn, t0 = [], [], h.clock()
+    while len(rr) < rounds:
+        one_round(runs, rr, rn)
+    if not (slow or suspicious(rr, rn)):  # (an implausible speedup is measured again below)
+        # extra rounds while rounds disagree, up to max_rounds and 4x the planned time
+        planned = rounds * max(cfg["round_seconds"], runs * pair_ms / 1e3)
+        while len(rr) < cfg["max_rounds"] and max(_spread(rr), _spread(rn)) > cfg["spread_limit"] \
+                and h.clock() - t0 < 4 * planned:
+            one_round(runs, rr, rn)
+    if suspicious(rr, rn):  # implausible: measured again, twice as long, and that counts
+        h.notes.append(f"speedup {kernels.median(rr) / kernels.median(rn):.1f}x re-measured")
+        rr, rn = [], []
+        while len(rr) < rounds:
+            one_round(2 * runs, rr, rn)
     h.check_forward(new, "timing")
     h.integrity("timing")
     ratios = [a / b for a, b in zip(rr, rn)]

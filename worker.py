@@ -8,6 +8,7 @@ torch (and not transformers).
     standby_main(conn, env, cores)  # a CUDA run worker that brings its context up first
 """
 import ctypes
+import importlib
 import os
 import pickle
 import resource
@@ -32,6 +33,9 @@ def standby_main(conn, env, cores):
         os.sched_setaffinity(0, cores)
     try:
         torch.empty(1, device="cuda")
+        # imported while waiting, not in the job (guards wraps its loaders): a few tenths of
+        # a second. Not in the forkserver: importing it there initializes CUDA before forks.
+        importlib.import_module("torch.utils.cpp_extension")
     except Exception:
         pass  # the job will meet the same error and report it
     try:
