@@ -618,6 +618,10 @@ class Evaluator:
             it["seconds"] = {}
         free = list(range(len(self.slots)))
         active = []
+        if self.backend == "cuda" and "run" in phases:  # CUDA contexts come up while the builds run
+            for slot in range(min(len(self.slots), len(items))):
+                if slot not in self._standby:
+                    self._standby[slot] = self._spawn_standby(slot)
         # CPU timings must not share the cores with builds (untimed checks may)
         exclusive = self.backend == "cpu" and self.cfg["time_candidates"] and "run" in phases
         try:

@@ -82,6 +82,8 @@ def child_main(kind, conn, job):
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
+    if kind == "compile":  # builds share cores with the checks; the checks feed the GPU first
+        os.nice(10)
     if not (kind != "compile" and job["backend"] == "cuda"):  # CUDA maps huge address ranges
         # a candidate asking for terabytes gets an error, not the machine's OOM killer
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
