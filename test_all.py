@@ -1503,7 +1503,8 @@ def test_fast_sampler_on_gpu(tiny):
     graphs, eager = sampler.Sampler(model, cfg), sampler.Sampler(model, dict(cfg, cuda_graphs=False))
     assert graphs.fast and next(graphs.model.parameters()).dtype == torch.bfloat16
     free = [r[0] for r in eager.sample(ps[:8], 30, 0.0, 1.0, [tok.eos_token_id])]
-    stop = sorted({f[2 * i + 1] for i, f in enumerate(free[:7])} - {f[0] for f in free})
+    # stop tokens that end rows at different steps (a row that met EOS early has none to give)
+    stop = sorted({f[2 * i + 1] for i, f in enumerate(free[:7]) if len(f) > 2 * i + 1} - {f[0] for f in free})
     a = [r for k in range(0, len(ps), 8) for r in graphs.sample(ps[k:k + 8], 30, 0.0, 1.0, stop)]
     b = [r for k in range(0, len(ps), 8) for r in eager.sample(ps[k:k + 8], 30, 0.0, 1.0, stop)]
     assert [r[0] for r in a] == [r[0] for r in b] and graphs.decoder.graphs
