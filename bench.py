@@ -30,6 +30,7 @@ import time
 import config
 import gate
 import kernels
+import sandbox
 import taskset
 
 
@@ -124,7 +125,7 @@ def throughput(cfg, pairs):
         m = re.search(r"(SRC\w*)\s*=\s*r?('''|\"\"\")(.*?)\2", src, re.S)
         if m:
             load = kernels.load_cuda if "load_cuda(" in src else kernels.load_cpp
-            os.environ["CUDAL1_CACHE"] = kernels.cache_root(cfg)
+            os.environ["CUDAL1_CACHE"] = sandbox.program_cache(kernels.cache_root(cfg), taskset.sha(src))
             load(m.group(3))
             t0 = time.perf_counter()
             for _ in range(20):

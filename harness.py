@@ -27,6 +27,7 @@ import correctness
 import gate
 import guards
 import kernels
+import sandbox
 import timing
 from correctness import tensors
 from kernels import Reject
@@ -118,6 +119,7 @@ class Harness:
         # GPU alone while timing. Open (no waiting) where a worker has its device alone.
         self.gate = job.get("gate") or gate.Open()
         self.call_limit, self.in_call = None, False
+        self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
         # Fixed for reference and candidate alike: no TF32 unless lowered precision is
         # allowed, so an fp32 task is checked and timed as fp32.
         with warnings.catch_warnings():
@@ -506,6 +508,28 @@ def check_after_timing(h, ref, new, ref64):
 # ----------------------------------------------------------------------------------------
 # The jobs, and the worker processes that run them
 
+def compile_reference(h, ref, xs):
+    """torch.compile of the reference (--baseline=compile), called once, before any candidate
+    code runs in this worker, with compiler caches no candidate can write (shared by all
+    jobs, so later ones reuse the compiled code); then this worker's writes are confined to
+    its own folders, and its compilers use its program's own caches. Timing calls this
+    compiled reference: nothing of the reference is compiled after the candidate loads, so
+    no file a candidate planted can stand in for it. -> the compiled callable."""
+    own = {k: os.environ.get(k, "") for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+    shared = h.job["reference_cache"]
+    os.environ.update(TRITON_CACHE_DIR=os.path.join(shared, "triton"),
+                      TORCHINDUCTOR_CACHE_DIR=os.path.join(shared, "inductor"))
+    try:
+        fn = torch.compile(ref)
+        fn(*xs)
+        h.sync()
+    finally:
+        os.environ.update(own)
+    if h.cfg["sandbox"]:
+        sandbox.confine([h.workdir, os.environ["CUDAL1_CACHE"], "/dev"])
+    return fn
+
+
 def run_job(job):
     """In a worker: judge one candidate on one task -> dict of Verdict fields."""
     h = Harness(job)
@@ -515,9 +539,8 @@ def run_job(job):
         try:
             h.gate.pause_point()
             ref, xs, out, _ = h.run_reference()
-            if cfg["baseline"] == "compile":
-                torch.compile(ref)(*xs)  # dynamo wraps torch functions on first use: do it before the snapshot
-                h.sync()
+            if cfg["baseline"] == "compile":  # before the snapshot: dynamo wraps torch functions on first use
+                h.ref_compiled = compile_reference(h, ref, xs)
             h.set_call_limit(ref, xs)
             del ref, out, xs
         except Exception as e:

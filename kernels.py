@@ -367,10 +367,11 @@ class Evaluator:
         self.ctx.set_forkserver_preload(["torch", "worker"])
         sandbox.start_forkserver()
         self.env = {"KERNELS_BACKEND": self.backend, "CUDAL1_CACHE": self.cache, "MAX_JOBS": "2",
-                    "KERNELS_COMPILE_TIMEOUT": str(self.cfg["compile_timeout"]),
-                    # compiler caches in the build cache (a worker may write nowhere else)
-                    "TRITON_CACHE_DIR": os.path.join(self.cache, "triton"),
-                    "TORCHINDUCTOR_CACHE_DIR": os.path.join(self.cache, "inductor")}
+                    "KERNELS_COMPILE_TIMEOUT": str(self.cfg["compile_timeout"])}
+        # torch.compile of the reference (--baseline=compile): its compiler caches, shared by
+        # all jobs and written only before a job's candidate code runs (harness.py)
+        self.reference_cache = os.path.join(self.cache, "reference-compile")
+        os.makedirs(self.reference_cache, exist_ok=True)
         cores = sorted(os.sched_getaffinity(0))
         if self.backend == "cuda":
             import torch
@@ -406,15 +407,16 @@ class Evaluator:
         older than the compile timeout."""
         import time
         old = time.time() - self.cfg["compile_timeout"]
-        for pattern_root, want in ((os.path.join(self.cache, "lib"), ".tmp"), (os.path.join(self.cache, "ext"), "lock")):
-            for root, dirs, files in os.walk(pattern_root):
-                for name in dirs + files:
-                    p = os.path.join(root, name)
-                    try:
-                        if want in name and os.path.getmtime(p) < old:
-                            shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
-                    except OSError:
-                        pass
+        for root, dirs, files in os.walk(self.cache):
+            for name in dirs + files:
+                p = os.path.join(root, name)
+                stale = (".tmp" in name and os.path.basename(root) == "lib") or \
+                    ("lock" in name and f"{os.sep}ext{os.sep}" in p)
+                try:
+                    if stale and os.path.getmtime(p) < old:
+                        shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+                except OSError:
+                    pass
 
     def close(self):
         for proc, conn in self._standby.values():
@@ -440,10 +442,15 @@ class Evaluator:
         src_hash = taskset.sha(code or "")
         workdir = os.path.join(self.tmp, f"{self._jobs}")
         os.makedirs(workdir, exist_ok=True)
-        # HOME and TMPDIR in the work folder: what tools write "at home" or "in /tmp" lands there
-        env = dict(self.env, TORCH_EXTENSIONS_DIR=os.path.join(self.cache, "ext", src_hash), HOME=workdir,
-                   TMPDIR=workdir)
+        # HOME and TMPDIR in the work folder: what tools write "at home" or "in /tmp" lands there;
+        # every cache the candidate writes in its program's own part of the build cache
+        own = sandbox.program_cache(self.cache, src_hash)
+        os.makedirs(own, exist_ok=True)
+        env = dict(self.env, CUDAL1_CACHE=own, TORCH_EXTENSIONS_DIR=os.path.join(own, "ext"),
+                   TRITON_CACHE_DIR=os.path.join(own, "triton"), TORCHINDUCTOR_CACHE_DIR=os.path.join(own, "inductor"),
+                   HOME=workdir, TMPDIR=workdir)
         return dict(task_code=task.code, task_hash=task.hash, code=code, source_hash=src_hash,
+                    reference_cache=self.reference_cache,
                     backend=self.backend, cfg=self.cfg, workdir=workdir, env=env,
                     seed=int.from_bytes(os.urandom(3), "little"), task_name=task.name)
 

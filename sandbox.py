@@ -1,10 +1,12 @@
 """The box every candidate runs in, set up by its worker before any candidate code runs: a
-minimal environment, no network, writes only under its work folder and the build cache,
-and no process of its own left alive when its job ends. Standard library only (workers
+minimal environment, no network, writes only under its work folder and its program's own
+part of the build cache, and no process of its own left alive when its job ends. Standard library only (workers
 and candidates import it).
 
     env = sandbox.minimal_env()          # what of this process's environment a worker keeps
-    got = sandbox.enter(workdir, [cache])  # in the worker: reaper, network off, writes confined
+    own = sandbox.program_cache(cache, source_hash)  # the part of the build cache a program writes
+    got = sandbox.enter(workdir, [own])  # in the worker: reaper, network off, writes confined
+    sandbox.confine([workdir, own, "/dev"])  # later: narrower still (never wider)
     left = sandbox.reap()                # every process the job left behind, killed -> commands
     sandbox.kill_tree(pid)               # from outside: a worker and everything it started
     text = sandbox.redact(text)          # the parent's environment values out of a message
@@ -143,6 +145,24 @@ def enter(workdir, writable=()):
     except (OSError, AttributeError) as e:
         got["files"] = f"Landlock: {e}"
     return got
+
+
+def program_cache(root, src_hash):
+    """The part of the build cache (root) one candidate program may write: its builds, its
+    torch extensions, its Triton and Inductor caches, keyed by the hash of its whole source.
+    Identical programs share it, and no program can plant a file where another one will
+    load from."""
+    return os.path.join(root, "programs", src_hash[:32])
+
+
+def confine(writable):
+    """Narrow a boxed worker's writable folders further (Landlock rulesets stack, so this
+    never widens what enter allowed) -> True, or False where Landlock is missing."""
+    try:
+        _landlock(list(writable))
+        return True
+    except (OSError, AttributeError):
+        return False
 
 
 def descendants(pid):

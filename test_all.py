@@ -588,9 +588,15 @@ def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
     candidate patching the harness."""
     honest = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
              "        return torch.nn.functional.gelu(x)\n"
+    planter = open(os.path.join(HERE, "hacks", "sandbox_cache.py")).read()
     with make_eval(cache, "cpu", baseline="compile") as ev:
-        [v] = ev.evaluate([(tasks["gelu"], honest)])
+        [v, p] = ev.evaluate([(tasks["gelu"], honest), (tasks["gelu"], planter)])
     assert v.ok, f"{v.status}/{v.reason}: {v.message}"
+    # the reference was compiled with the shared reference cache, which a candidate loaded
+    # after it cannot write (the worker's writes narrowed once the reference was compiled)
+    assert os.listdir(os.path.join(cache, "reference-compile", "inductor"))
+    if "files" not in sandbox.probe():
+        assert p.ok, f"planted a file in the build cache: {p.status}/{p.reason}: {p.message}"
 
 
 def test_the_same_code_is_measured_once_per_evaluator(cache, tasks):

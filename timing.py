@@ -25,7 +25,9 @@ def run_timing(h, ref, new):
     spread of the per-round speedups). Exceptions from candidate code pass through: the
     caller turns them into verdicts."""
     cfg, seed = h.cfg, h.job["seed"]
-    ref_fn = torch.compile(ref) if cfg["baseline"] == "compile" else ref
+    # --baseline=compile: the reference compiled before the candidate loaded (harness.py);
+    # same seed, so the same weights as `ref`
+    ref_fn = h.ref_compiled if cfg["baseline"] == "compile" else ref
     x0 = h.inputs(seed + 7)
     set_bytes = max(1, sum(x.numel() * x.element_size() for x in tensors(x0)))
     budget = min(4e9, 0.25 * torch.cuda.mem_get_info()[0]) if h.cuda else 5e8

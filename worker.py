@@ -78,7 +78,10 @@ def child_main(kind, conn, job):
     # the box (sandbox.py): a reaper of whatever the candidate starts, no network, writes only
     # in the work folder and the build cache; what the machine refuses, the Evaluator reported
     if job["cfg"]["sandbox"]:
-        sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]])
+        # writable: its own part of the build cache; a run job comparing against torch.compile
+        # also the reference's compiler cache, until its candidate is loaded (harness.py)
+        ref_compile = kind == "run" and job["cfg"]["baseline"] == "compile"
+        sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]] + ([job["reference_cache"]] if ref_compile else []))
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
