@@ -4,6 +4,7 @@
     python bench.py --what=stability           # the same candidates in two separate runs
     python bench.py --what=all --backend=cuda --solutions=tasks/seeds/cuda
     python bench.py --what=gpus --backend=cuda  # evaluator throughput on 1 GPU vs all GPUs
+    python bench.py --what=sandbox             # what the sandbox costs: runs with and without it
     python bench.py --what=policy --shapes=1.5b,7b --modes=full,lora    # one GPU
     torchrun --nproc_per_node=2 bench.py --what=policy --shapes=7b --modes=fsdp
 
@@ -179,6 +180,31 @@ def stability(cfg, pairs):
     return dict(rows=rows, median_diff=med, p90_diff=pct(diffs, 0.9))
 
 
+def sandbox_cost(cfg, pairs, repeats=3):
+    """What the box costs: the same candidates with a warm build cache, runs with the sandbox
+    and without it alternating (run-to-run noise is several percent, so one run of each
+    shows little), each in a fresh Evaluator; the medians compared."""
+    with kernels.Evaluator(dict(cfg, time_candidates=False)) as ev:
+        ev.evaluate(pairs, desc="build")  # warm cache: both sides time the same work
+    rates = {True: [], False: []}
+    for i in range(repeats):
+        for box in (True, False):
+            t0 = time.time()
+            with kernels.Evaluator(dict(cfg, sandbox=box)) as ev:
+                vs = ev.evaluate(pairs, desc=f"sandbox={box} {i + 1}")
+            rates[box].append(60 * len(vs) / (time.time() - t0))
+            bad = [f"{v.task}: {v.status}/{v.reason}" for v in vs if not v.ok]
+            if bad:
+                print(f"sandbox={box}: not ok: {', '.join(bad)}")
+    print(f"\nsandbox cost, {len(pairs)} candidates, warm cache, runs alternating (candidates/min)")
+    for box, rs in rates.items():
+        print(f"{'with the box' if box else 'without':14s} " + " ".join(f"{r:6.1f}" for r in rs)
+              + f"   median {kernels.median(rs):6.1f}")
+    cost = 1 - kernels.median(rates[True]) / kernels.median(rates[False])
+    print(f"the box costs {100 * cost:.1f}% of throughput (median against median)")
+    return dict(with_box=rates[True], without=rates[False], cost=cost)
+
+
 def gpu_scaling(cfg, pairs):
     """Evaluator throughput on GPU 0 alone and on every visible GPU, the same candidates
     with a warm build cache, so the GPU phase is what is measured; and how far each
@@ -289,8 +315,8 @@ def run(cfg):
             json.dump(res, open(path, "w"), indent=1)
             print(f"results: {path}")
         return
-    if cfg["what"] not in ("throughput", "stability", "all", "gpus"):
-        raise ValueError(f"--what is throughput, stability, all, gpus or policy, not {cfg['what']!r}")
+    if cfg["what"] not in ("throughput", "stability", "all", "gpus", "sandbox"):
+        raise ValueError(f"--what is throughput, stability, all, gpus, sandbox or policy, not {cfg['what']!r}")
     backend = kernels.pick_backend(cfg["backend"])
     cfg["backend"] = backend
     pairs = seed_pairs(cfg, backend)
@@ -310,6 +336,8 @@ def run(cfg):
             res["stability"] = stability(cfg, pairs)
         if cfg["what"] == "gpus":
             res["gpus"] = gpu_scaling(cfg, pairs)
+        if cfg["what"] == "sandbox":
+            res["sandbox"] = sandbox_cost(cfg, pairs)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -125,7 +125,7 @@ SETTINGS = {
         exemplars_db=("", "model mode: show exemplars from this db.jsonl (or Stage 1's data.jsonl)"),
     )),
     "bench": ("bench.py", dict(
-        what=("all", "throughput | stability | all | gpus | policy"),
+        what=("all", "throughput | stability | all | gpus | sandbox | policy"),
         shapes=("0.5b,1.5b", "policy: model shapes, random weights (0.5b 1.5b 3b 7b 14b 32b)"),
         modes=("full,lora", "policy: full | lora | fsdp (fsdp under torchrun)"),
         bench_prompts=(8, "policy: prompts per step (each sampled crl_samples times)"),
