@@ -355,6 +355,18 @@ def _gate_worker(conn, path, steps, long_step):
     time.sleep(0.2)
 
 
+def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
+    """bench.py's account of a GPU's time, from the gate's state changes: timing while one
+    worker holds the GPU, waiting while one asked and the others have not paused yet."""
+    trace = [(1.0, 0, 11, "run"), (1.0, 0, 12, "run"), (2.0, 0, 11, "wait"), (2.5, 0, 12, "pausing"),
+             (3.0, 0, 12, "paused"), (3.0, 0, 11, "hold"), (5.0, 0, 11, "paused"), (5.0, 0, 12, "run"),
+             (5.0, 0, 11, "run"), (6.0, 0, 11, "done"), (7.0, 0, 12, "wait"), (7.5, 0, 12, "hold"),
+             (8.0, 0, 12, "done"), (2.0, 1, 21, "hold"), (4.0, 1, 21, "done")]
+    share = gate.gate_share(trace, 0.0, 10.0)
+    assert share[0] == dict(timing=2.5, waiting=1.5, other=6.0), share[0]
+    assert share[1] == dict(timing=2.0, waiting=0.0, other=8.0), share[1]
+
+
 def test_gpu_gate_times_each_worker_alone(tmp_path):
     """Checks share the device, timings own it: while one worker times, no other one runs
     (not even one that was inside a 1 s step when the request came: it is waited for), each
