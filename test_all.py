@@ -595,6 +595,24 @@ def test_load_inline_solution(cache, tasks, backend):
     assert v.kernel_calls > 0
 
 
+def test_bench_commands_print_their_tables(cache, tmp_path):
+    """The README's bench.py commands (throughput, stability, sandbox) on one CPU task's two
+    seeds with short timing: each prints its table and writes its JSON; every seed is ok."""
+    common_args = ["--backend=cpu", f"--cache_dir={cache}", "--fresh_cache=false", f"--out={tmp_path}",
+                   "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
+    out = run_script("bench.py", ["--what=all", "--only=gelu", *common_args])
+    assert "throughput, 2 unique candidates" in out and "stability: speedup" in out, out
+    rows = {l.split()[0] + " " + l.split()[1]: l.split() for l in out.splitlines() if l.startswith(("cold cache", "warm cache"))}
+    assert set(rows) == {"cold cache", "warm cache"} and all(r[4] == "2/2" for r in rows.values()), out
+    assert "median difference" in out and "over 2 candidates" in out, out
+    res = json.load(open(os.path.join(tmp_path, "bench", "all-cpu.json")))
+    assert len(res["stability"]["rows"]) == 2 and res["throughput"]["inline_status"] == "ok"
+    out = run_script("bench.py", ["--what=sandbox", "--only=gelu", *common_args])
+    assert "with the box" in out and "without" in out and "the box costs" in out and "not ok" not in out, out
+    res = json.load(open(os.path.join(tmp_path, "bench", "sandbox-cpu.json")))
+    assert len(res["sandbox"]["with_box"]) == len(res["sandbox"]["without"]) == 3
+
+
 def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
     """Compiling the reference wraps torch functions (dynamo); that must not read as the
     candidate patching the harness."""
