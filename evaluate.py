@@ -141,8 +141,10 @@ def sample_pairs(cfg, tasks, backend, checkpoint):
     model, tok = policy.load(cfg, checkpoint if checkpoint not in ("", "base") else None)
     db = exemplars.Database(cfg["exemplars_db"], repair=False) if cfg["exemplars_db"] else None
     rng = random.Random(cfg["seed"])
-    msgs = [prompts.task_prompt(t.code, backend, exemplars.pick_exemplars(db, t, cfg, rng) if db else ())
-            for t in tasks]
+    shown = [exemplars.pick_exemplars(db, t, cfg, rng) if db else () for t in tasks]
+    if db:
+        print(f"exemplars from {cfg['exemplars_db']}: in the prompts of {sum(map(bool, shown))} of {len(tasks)} tasks")
+    msgs = [prompts.task_prompt(t.code, backend, ex) for t, ex in zip(tasks, shown)]
     t0 = time.time()
     outs = policy.generate(model, tok, msgs, cfg, n=cfg["samples"], desc=f"sampling {checkpoint or 'base'}")
     print(f"{checkpoint or 'base model'}: sampled {cfg['samples']} x {len(tasks)} in {time.time() - t0:.0f} s")

@@ -1346,6 +1346,12 @@ def test_evaluate_model_mode_compares_checkpoints(pipeline, cache, tmp_path):
     res = json.load(open(path))
     assert len(res["verdicts"]) == 4 and len(res["samples"]) == 4
     assert set(res["summary"]) == {"base", ck}
+    # the README's third model-mode command: prompts with exemplars from Stage 3's database
+    crl, db = os.path.join(out, "small", "crl"), os.path.join(out, "small", "sft", "data.jsonl")
+    stdout = run_script("evaluate.py", ["--only=gelu", "--samples=2", f"--checkpoint={crl}", f"--exemplars_db={db}",
+                                        f"--cache_dir={cache}", f"--out={tmp_path / 'db'}", *TINY, "--timing_rounds=2",
+                                        "--round_seconds=0.05"])
+    assert f"exemplars from {db}: in the prompts of 1 of 1 tasks" in stdout, stdout
 
 
 # ---------------------------------------------------------------------------- sft.py teachers
