@@ -1176,6 +1176,12 @@ def test_pipeline_runs_every_stage(pipeline):
     db = exemplars.Database(os.path.join(base, "crl", "db.jsonl"))
     assert {r["origin"] for r in db.rows} >= {"sft"} and all(r["status"] == "ok" for r in db.rows if r["origin"] == "sft")
     assert glob.glob(os.path.join(base, "crl", "samples", "step_1_rank0.jsonl"))
+    # the README's curves.png, with the optional matplotlib (.ci/run installs it)
+    import importlib.util
+    if importlib.util.find_spec("matplotlib"):
+        assert open(os.path.join(base, "crl", "curves.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert not os.path.exists(os.path.join(base, "crl", "curves.png"))
     # a stage checkpoint is a plain Hugging Face folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
     m = AutoModelForCausalLM.from_pretrained(os.path.join(base, "crl"))
