@@ -31,6 +31,7 @@ SETTINGS = {
         cache_dir=("", "build cache; \"\" = $CUDAL1_CACHE or ~/.cache/cudal1"),
         compile_timeout=(600.0, "seconds for importing a candidate (its builds included)"),
         run_timeout=(300.0, "seconds for checking and timing one candidate"),
+        cpu_seconds=(0.0, "CPU seconds one worker process may use; 0 = its timeout x its cores"),
         call_timeout=(5.0, "seconds one candidate call (with its synchronize) may always take"),
         call_timeout_factor=(100.0, "... or this many times the reference's warm call, if longer"),
         check_seeds=(2, "weight seeds for the correctness check (at least 2)"),

@@ -85,6 +85,12 @@ def child_main(kind, conn, job):
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
+    # CPU time: a process (each one the candidate starts counts its own) that uses more is
+    # killed by SIGXCPU: runtime_error/cpu_time. By default no job can reach it legitimately:
+    # its timeout on every core it has.
+    timeout = job["cfg"]["compile_timeout" if kind == "compile" else "run_timeout"]
+    cpu = int(job["cfg"]["cpu_seconds"] or timeout * len(os.sched_getaffinity(0))) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     if kind == "compile":  # builds share cores with the checks; the checks feed the GPU first
         os.nice(10)
     if not (kind != "compile" and job["backend"] == "cuda"):  # CUDA maps huge address ranges
