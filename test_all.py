@@ -1192,6 +1192,20 @@ def test_pipeline_runs_every_stage(pipeline):
     assert "running Stage" not in again and "has run its 2 steps" in again
 
 
+def test_later_stages_start_from_a_given_checkpoint(pipeline, tmp_path):
+    """The README's `selftrain.py --init_from out/small/sft --st_rounds N` and `crl.py
+    --init_from out/small/selftrain --crl_steps N`, into a new output folder: each starts
+    from the given stage (no earlier stage is run again) and writes its own."""
+    out, argv, _ = pipeline
+    keep = [a for a in argv if not a.startswith(("--out=", "--st_rounds=", "--crl_steps="))]
+    stdout = run_script("selftrain.py", [*keep, f"--out={tmp_path}", f"--init_from={out}/small/sft", "--st_rounds=1"])
+    assert "running Stage" not in stdout and policy.has_checkpoint(os.path.join(tmp_path, "small", "selftrain"))
+    stdout = run_script("crl.py", [*keep, f"--out={tmp_path}", f"--init_from={out}/small/selftrain", "--crl_steps=1"])
+    assert "running Stage" not in stdout and not os.path.exists(os.path.join(tmp_path, "small", "sft"))
+    log = common.read_jsonl(os.path.join(tmp_path, "small", "crl", "log.jsonl"))
+    assert [r["step"] for r in log] == [1] and policy.has_checkpoint(os.path.join(tmp_path, "small", "crl"))
+
+
 def _ctrl_c_reaches():
     """In the child before exec: SIGINT back to its default, so Python turns it into
     KeyboardInterrupt even when the test itself runs where SIGINT is ignored (a shell's
