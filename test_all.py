@@ -535,6 +535,25 @@ def test_honest_candidates_cuda(cache, tasks):
     run_hacks(cache, tasks, "cuda", "honest")
 
 
+def test_a_worker_that_cannot_start_cuda_says_so(cache, tasks):
+    """A CUDA run worker brings its context up before it boxes itself (inside the box CUDA
+    cannot start). When that fails, the job's verdict names the GPU, not the task or the
+    candidate; out of memory is "oom", which a shared GPU judges again alone."""
+    import worker
+    with make_eval(cache, "cpu") as ev:
+        for err, reason in (("RuntimeError: CUDA error: out of memory", "oom"),
+                            ("RuntimeError: No CUDA GPUs are available", "cuda_init")):
+            job = ev._job(tasks["gelu"], "x = 1")
+            job["log"] = os.path.join(job["workdir"], "run.log")
+            parent, child = ev.ctx.Pipe(duplex=True)
+            p = ev.ctx.Process(target=worker.child_main, args=("run", child, dict(job, cuda_failed=err)))
+            p.start()
+            child.close()
+            res = parent.recv()
+            p.join(30)
+            assert (res["status"], res["reason"]) == ("runtime_error", reason) and err in res["message"], res
+
+
 def test_parent_prechecks_need_no_worker(cache, tasks):
     with make_eval(cache, "cpu") as ev:
         vs = ev.evaluate([(tasks["gelu"], None), (tasks["gelu"], "def broken(:"), (tasks["gelu"], "x = 1")])

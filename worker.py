@@ -31,20 +31,21 @@ def standby_main(conn, env, cores):
     os.environ.update(env)
     if cores:
         os.sched_setaffinity(0, cores)
+    failed = None
     try:
         torch.empty(1, device="cuda")
         # imported while waiting, not in the job (guards wraps its loaders): a few tenths of
         # a second. Not in the forkserver: importing it there initializes CUDA before forks.
         importlib.import_module("torch.utils.cpp_extension")
-    except Exception:
-        pass  # the job will meet the same error and report it
+    except Exception as e:  # told to the job: inside the box CUDA cannot start at all
+        failed = f"{type(e).__name__}: {e}"
     try:
         msg = conn.recv()
     except EOFError:  # the evaluator went away
         os._exit(0)
     if msg is None:
         os._exit(0)
-    child_main(msg[0], conn, msg[1])
+    child_main(msg[0], conn, dict(msg[1], cuda_failed=failed) if failed else msg[1])
 
 
 # Captured when the forkserver imports this module, before any candidate runs: the result
@@ -106,7 +107,13 @@ def child_main(kind, conn, job):
     try:
         if job["backend"] == "cpu" and kind == "run":
             _cpu_worker_setup(job)
-        res = {"compile": harness.compile_job, "run": harness.run_job, "reference": harness.reference_job}[kind](job)
+        if job.get("cuda_failed"):  # the GPU's fault, not the task's or the candidate's; out of
+            # memory beside other workers is judged again alone (kernels.py)
+            err = job["cuda_failed"]
+            res = dict(status="runtime_error", reason="oom" if "out of memory" in err.lower() else "cuda_init",
+                       message=f"the worker could not start CUDA on its GPU: {err[:300]}")
+        else:
+            res = {"compile": harness.compile_job, "run": harness.run_job, "reference": harness.reference_job}[kind](job)
     except BaseException as e:
         res = dict(status="runtime_error", reason="harness", message=f"{type(e).__name__}: {e}"[:300],
                    log=kernels.trim_log(traceback.format_exc()))
