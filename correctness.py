@@ -85,17 +85,17 @@ def rel_errs(ref, *outs):
     for i in chunks:
         rc = r[i:i + _CHUNK].to(wd)
         den = rc.abs().add_(scale)
+        fin = None if count == r.numel() else rc.isfinite()
         for k, o in enumerate(outs):
             oc = o[i:i + _CHUNK].to(wd)
-            if count == r.numel():  # a finite reference: NaN/inf in out make the maximum NaN/inf
+            if fin is None:  # a finite reference: NaN/inf in out make the maximum NaN/inf
                 d = (oc - rc).abs_().div_(den)
             else:  # NaN/inf in out must sit where ref has the same ones
-                fin = rc.isfinite()
                 bad = ((oc.nan_to_num(0.5, 1.5, -1.5) != rc.nan_to_num(0.5, 1.5, -1.5)) & ~fin).any() \
                     | (~oc.isfinite() & fin).any()
                 d = (oc - rc).abs_().div_(den).where(fin, 0).where(~bad, float("inf"))
             worst[k] = torch.maximum(worst[k], d.max())
-    return [w if w == w and w != float("inf") else float("inf") for w in torch.stack(worst).tolist()]
+    return [w if w == w else float("inf") for w in torch.stack(worst).tolist()]  # NaN: a NaN in out
 
 
 def _bits(t):

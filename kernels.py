@@ -548,11 +548,10 @@ class Evaluator:
                 code = r.proc.exitcode
                 if code is not None and code < 0:
                     name = signal.Signals(-code).name
-                    why = " (out of memory?)" if name == "SIGKILL" else ""
+                    why = {"SIGKILL": " (out of memory?)", "SIGXCPU": " (its CPU-time limit, cpu_seconds)"}.get(name, "")
                     res = dict(status="runtime_error", reason="cpu_time" if name == "SIGXCPU" else "crash",
                                message=f"worker died with {name}{why} while "
-                                       f"{'importing' if r.kind == 'compile' else 'running'} the candidate"
-                                       + (": its CPU-time limit (cpu_seconds)" if name == "SIGXCPU" else ""))
+                                       f"{'importing' if r.kind == 'compile' else 'running'} the candidate")
                 else:
                     res = dict(status="runtime_error", reason="exit",
                                message=f"worker exited with code {code} (os._exit or a fatal error)")

@@ -1,7 +1,7 @@
 """The box every candidate runs in, set up by its worker before any candidate code runs: a
 minimal environment, no network, writes only under its work folder and its program's own
-part of the build cache, and no process of its own left alive when its job ends. Standard library only (workers
-and candidates import it).
+part of the build cache, and no process of its own left alive when its job ends. Standard
+library only (workers and candidates import it).
 
     env = sandbox.minimal_env()          # what of this process's environment a worker keeps
     own = sandbox.program_cache(cache, source_hash)  # the part of the build cache a program writes
