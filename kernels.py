@@ -60,18 +60,10 @@ def _param_kind(decl):
         return "ptr"
     words = decl.split()
     base = " ".join(words[:-1]) if len(words) > 1 else " ".join(words)
-    if base == "cudaStream_t":
-        return "stream"
-    if base in ("float",):
-        return "float"
-    if base in ("double",):
-        return "double"
-    if base in ("bool",):
-        return "bool"
-    if base in _INT32:
-        return "int32"
-    if base in _INT64:
-        return "int64"
+    kind = {"cudaStream_t": "stream", "float": "float", "double": "double", "bool": "bool"}.get(base)
+    kind = kind or ("int32" if base in _INT32 else "int64" if base in _INT64 else None)
+    if kind:
+        return kind
     raise BuildError(f"unsupported parameter type in exported function: {decl.strip()!r} "
                      "(use pointers, int, long, int64_t, size_t, float, double, bool, cudaStream_t)")
 
@@ -160,11 +152,8 @@ class KernelLib:
 
 
 def _which(tool, env_home=None):
-    if env_home:
-        p = os.path.join(env_home, "bin", tool)
-        if os.path.exists(p):
-            return p
-    p = shutil.which(tool)
+    p = os.path.join(env_home or "", "bin", tool)
+    p = p if env_home and os.path.exists(p) else shutil.which(tool)
     if p is None:
         raise BuildError(f"{tool} not found on PATH")
     return p
@@ -523,7 +512,6 @@ class Evaluator:
 
     def _finish(self, r, timed_out=False):
         """A worker's result, or what its death says: crash, exit, timeout."""
-        import signal
         res = None
         if timed_out:
             self._kill(r)
@@ -545,17 +533,7 @@ class Evaluator:
                     self._kill(r)
                 r.conn.close()
             if res is None:
-                code = r.proc.exitcode
-                if code is not None and code < 0:
-                    name = signal.Signals(-code).name
-                    why = {"SIGKILL": " (out of memory?)", "SIGXCPU": " (its CPU-time limit, cpu_seconds)"}.get(name, "")
-                    res = dict(status="runtime_error", reason="cpu_time" if name == "SIGXCPU" else "crash",
-                               message=f"worker died with {name}{why} while "
-                                       f"{'importing' if r.kind == 'compile' else 'running'} the candidate")
-                else:
-                    res = dict(status="runtime_error", reason="exit",
-                               message=f"worker exited with code {code} (os._exit or a fatal error)")
-                res["log"] = trim_log(_tail(r.log))
+                res = dict(self.worker.death(r.kind, r.proc.exitcode), log=trim_log(_tail(r.log)))
         sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
         res.setdefault("seconds", {})
         res["seconds"][r.kind] = round(gate.now() - r.start, 3)

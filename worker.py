@@ -12,6 +12,7 @@ import importlib
 import os
 import pickle
 import resource
+import signal
 import struct
 import sys
 import threading
@@ -128,6 +129,18 @@ def child_main(kind, conn, job):
         sys.stderr.flush()
     finally:
         _EXIT(0)  # skip atexit handlers and finalizers the candidate may have left
+
+
+def death(kind, code):
+    """What a worker that exited without a result died of, from its exit code (the parent's side)."""
+    doing = "importing" if kind == "compile" else "running"
+    if code is None or code >= 0:
+        return dict(status="runtime_error", reason="exit",
+                    message=f"worker exited with code {code} (os._exit or a fatal error)")
+    name = signal.Signals(-code).name
+    why = {"SIGKILL": " (out of memory?)", "SIGXCPU": " (its CPU-time limit, cpu_seconds)"}.get(name, "")
+    return dict(status="runtime_error", reason="cpu_time" if name == "SIGXCPU" else "crash",
+                message=f"worker died with {name}{why} while {doing} the candidate")
 
 
 def _cpu_worker_setup(job):
