@@ -144,6 +144,7 @@ class Running:
         self.job_deadline, self.call_limit, self.result = deadline, None, None
         self.gpu, self.state, self.since, self.stopped, self.held_since = gpu, "run", now(), False, None
         self.trace = None  # a list to append (time, GPU, worker pid, new state) to, or None
+        self.group = None  # its job's control group (sandbox.JobGroup), or None
 
     @property
     def held(self):

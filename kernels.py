@@ -389,12 +389,15 @@ class Evaluator:
         self._standby = {}  # slot -> a run worker with its CUDA context up, waiting for a job
         self._exiting = []  # (worker that sent its result, when to kill it if it has not exited)
         self.trace = []  # the GPU gate's state changes (gate.Running.trace), for bench.py
+        self._groups = []  # (a job's control group, sandbox.JobGroup, its worker): removed after it
+        self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._clean_stale()
 
     def _clean_stale(self):
         """Leftovers of killed builds: temporary build folders and torch extension locks
-        older than the compile timeout."""
+        older than the compile timeout; control groups of evaluators that died."""
         import time
+        sandbox.clean_groups()
         old = time.time() - self.cfg["compile_timeout"]
         for root, dirs, files in os.walk(self.cache):
             for name in dirs + files:
@@ -417,6 +420,9 @@ class Evaluator:
             if proc.exitcode is None:
                 proc.kill()
         self._standby = {}
+        for g, p in self._groups:  # of workers still exiting
+            p.join(5)
+            g.close(tries=100)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self):
@@ -455,8 +461,14 @@ class Evaluator:
             if self.backend == "cuda":
                 env["CUDA_VISIBLE_DEVICES"] = gate.physical_gpu(self.gpus[g])
             job["cores"], job["time_cores"] = self.check_cores[g], self.run_cores[g]
-        job = dict(job, env=env)
         timeout = self.cfg["compile_timeout"] if kind == "compile" else self.cfg["run_timeout"]
+        # the job's limits, whatever it starts included: processes, memory, CPU time (by default
+        # its timeout on every core it may use, which no job reaches legitimately)
+        cpu = self.cfg["cpu_seconds"] or timeout * len(job.get("cores") or os.sched_getaffinity(0))
+        self._jobs += 1
+        group = sandbox.JobGroup(f"{self._jobs}-{kind}", self.cfg["max_processes"], self.memory, cpu) \
+            if self.cfg["sandbox"] else None
+        job = dict(job, env=env, cgroups=group.dirs if group else {})
         if kind == "run" and self.backend == "cuda":
             # A worker that already holds a CUDA context takes the job; the next one starts
             # its context now, while this one checks, instead of on the GPU's time later.
@@ -465,13 +477,17 @@ class Evaluator:
             self._standby[slot] = self._spawn_standby(slot)
             r = gate.Running(kind, item, proc, conn, gate.now() + timeout, slot, job["log"], self.slots[slot])
             r.trace = self.trace
-            return r
-        parent, child = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=self.worker.child_main, args=(kind, child, job), daemon=True)
-        proc.start()
-        child.close()
-        return gate.Running(kind, item, proc, parent, gate.now() + timeout, slot, job["log"],
-                            None if slot is None else self.slots[slot])
+        else:
+            parent, child = self.ctx.Pipe(duplex=False)
+            proc = self.ctx.Process(target=self.worker.child_main, args=(kind, child, job), daemon=True)
+            proc.start()
+            child.close()
+            r = gate.Running(kind, item, proc, parent, gate.now() + timeout, slot, job["log"],
+                             None if slot is None else self.slots[slot])
+        if group:
+            r.group = group
+            self._groups.append((group, proc))
+        return r
 
     def _reap(self, wait=False):
         """Workers that sent their result: joined once they have exited, killed 30 s after."""
@@ -485,6 +501,7 @@ class Evaluator:
             else:
                 r.conn.close()
         self._exiting = keep
+        self._groups = [(g, p) for g, p in self._groups if p.exitcode is None or not g.close()]
 
     def _spawn_standby(self, slot):
         g = self.slots[slot]
@@ -511,7 +528,7 @@ class Evaluator:
                 os.remove(os.path.join(root, "lock"))
 
     def _finish(self, r, timed_out=False):
-        """A worker's result, or what its death says: crash, exit, timeout."""
+        """A worker's result, or what its death says: crash, exit, timeout, a limit it hit."""
         res = None
         if timed_out:
             self._kill(r)
@@ -534,6 +551,9 @@ class Evaluator:
                 r.conn.close()
             if res is None:
                 res = dict(self.worker.death(r.kind, r.proc.exitcode), log=trim_log(_tail(r.log)))
+        hit = r.group.verdict() if r.group else None  # a limit of its control group: the cause
+        if hit:
+            res = dict(status="runtime_error", reason=hit[0], message=hit[1], log=res.get("log", ""))
         sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
         res.setdefault("seconds", {})
         res["seconds"][r.kind] = round(gate.now() - r.start, 3)
@@ -633,7 +653,10 @@ class Evaluator:
                 # deadline of a worker that runs
                 for g in range(len(self.gpus)) if self.backend == "cuda" else ():
                     gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g])
-                wake = [r.deadline for r in active if not r.held]
+                for r in active:  # over its CPU time, all its processes together: stopped now
+                    if r.group and r.group.cpu and r.group.cpu_seconds() > r.group.cpu:
+                        r.deadline = r.job_deadline = gate.now()
+                wake = [r.deadline for r in active if not r.held] + [gate.now() + 0.5 for r in active if r.group]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
                 ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active], timeout=wait)
                 for r in list(active):

@@ -5,7 +5,10 @@ library only (workers and candidates import it).
 
     env = sandbox.minimal_env()          # what of this process's environment a worker keeps
     own = sandbox.program_cache(cache, source_hash)  # the part of the build cache a program writes
-    got = sandbox.enter(workdir, [own])  # in the worker: reaper, network off, writes confined
+    group = sandbox.JobGroup(name, pids=1024, memory=8 << 30, cpu=600.0)  # a job's limits (cgroup)
+    got = sandbox.enter(workdir, [own], group.dirs)  # in the worker: limits joined, reaper,
+                                                     # network off, writes confined
+    group.verdict(); group.close()       # the parent, after the job: a limit it hit; remove it
     sandbox.confine([workdir, own, "/dev"])  # later: narrower still (never wider)
     left = sandbox.reap()                # every process the job left behind, killed -> commands
     sandbox.kill_tree(pid)               # from outside: a worker and everything it started
@@ -18,6 +21,9 @@ are confined with Landlock (Linux 5.13+); the worker is a child subreaper, so wh
 candidate starts, however it detaches (setsid, double fork), stays its descendant and is
 found and killed. The namespace and the Landlock domain belong to the worker's main thread
 and every thread or process it starts after entering, which is where candidate code runs.
+Each job also gets a control group of its own (cgroup v1 or v2, as root): a process count
+(threads included) and a memory limit the kernel enforces, and its CPU time summed over every
+process it starts, which the parent watches.
 """
 import ctypes
 import os
@@ -129,11 +135,16 @@ def _landlock(writable):
     return abi
 
 
-def enter(workdir, writable=()):
-    """Box the calling worker: a child subreaper, working directory `workdir`, no network,
-    writes only under workdir, `writable` and /dev (GPU device files, shared memory).
-    -> {protection: True, or why it is missing}."""
+def enter(workdir, writable=(), groups=None):
+    """Box the calling worker: into its job's control groups (JobGroup.dirs), a child
+    subreaper, working directory `workdir`, no network, writes only under workdir, `writable`
+    and /dev (GPU device files, shared memory). -> {protection: True, or why it is missing}."""
     got = {}
+    for d in set((groups or {}).values()):  # first: joining writes outside the folders allowed below
+        try:
+            _write(d, "cgroup.procs", os.getpid())
+        except OSError as e:
+            got["limits"] = f"joining {d}: {e}"
     os.chdir(workdir)
     got["processes"] = _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 or \
         f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}"
@@ -230,6 +241,165 @@ def reap():
     return left
 
 
+# ----------------------------------------------------------------------------------------
+# Limits per job: a control group of its own, where the machine lets this process make one
+
+GROUP_PREFIX = "cudal1-"  # + the evaluator's pid + the job: a group whose evaluator died is stale
+_BASES = None
+
+
+def _write(d, name, value):
+    with open(os.path.join(d, name), "w") as f:
+        f.write(str(value))
+
+
+def _field(d, name, key):
+    """The number after `key` in a cgroup file of 'key value' lines (0 when missing)."""
+    try:
+        with open(os.path.join(d, name)) as f:
+            for line in f:
+                k, _, v = line.partition(" ")
+                if k == key:
+                    return int(v)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _cgroup_bases():
+    """{'pids' | 'memory' | 'cpu': the folder this process's job groups go in}: per controller
+    in a cgroup v1 hierarchy, else in the v2 (unified) one where it delegates the controller,
+    always below this process's own group (so the machine's accounting still covers jobs)."""
+    global _BASES
+    if _BASES is not None:
+        return _BASES
+    mounts, paths, _BASES = {}, {}, {}
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fstype, _, opts = (right.split() + ["", "", ""])[:3]
+                for c in ([""] if fstype == "cgroup2" else opts.split(",") if fstype == "cgroup" else []):
+                    mounts.setdefault(c, left.split()[4])
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                for c in ctrls.split(",") if ctrls else [""]:
+                    paths[c] = path.lstrip("/")
+    except (OSError, ValueError):
+        return _BASES
+    for want, v1 in (("pids", "pids"), ("memory", "memory"), ("cpu", "cpuacct")):
+        if v1 in mounts and v1 in paths:
+            d = os.path.join(mounts[v1], paths[v1])
+        elif "" in mounts and "" in paths:
+            d = os.path.join(mounts[""], paths[""])
+            if want != "cpu":  # v2 counts CPU time in every group (cpu.stat); the others need delegating
+                try:
+                    with open(os.path.join(d, "cgroup.subtree_control")) as f:
+                        if want not in f.read().split():
+                            _write(d, "cgroup.subtree_control", "+" + want)
+                except OSError:
+                    continue
+        else:
+            continue
+        if os.access(d, os.W_OK):
+            _BASES[want] = d
+    return _BASES
+
+
+def _remove_group(d, tries=3):
+    """Kill what is left in one group folder, then remove it -> True once it is gone."""
+    for _ in range(tries):
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                _signal_all([int(p) for p in f.read().split()], signal.SIGKILL)
+            os.rmdir(d)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            import time
+            time.sleep(0.01)
+    return False
+
+
+class JobGroup:
+    """One job's control groups (one folder per cgroup v1 hierarchy, one for v2): at most
+    `pids` processes and threads at once and `memory` bytes of host memory, both enforced by
+    the kernel, and its CPU time over all its processes, which the parent compares with
+    `cpu` seconds. dirs is {} where the machine allows none (no root, no cgroups)."""
+
+    def __init__(self, name, pids=0, memory=0, cpu=0.0):
+        self.name, self.pids, self.memory, self.cpu, self.dirs = name, pids, memory, cpu, {}
+        for what, base in _cgroup_bases().items():
+            d = os.path.join(base, f"{GROUP_PREFIX}{os.getpid()}-{name}")
+            v2 = os.path.exists(os.path.join(base, "cgroup.controllers"))
+            try:
+                os.makedirs(d, exist_ok=True)
+                if what == "pids" and pids:
+                    _write(d, "pids.max", pids)
+                if what == "memory" and memory:
+                    _write(d, "memory.max" if v2 else "memory.limit_in_bytes", memory)
+                    try:  # and no swapping instead: over the limit is over the limit
+                        _write(d, "memory.swap.max", 0) if v2 else _write(d, "memory.memsw.limit_in_bytes", memory)
+                    except OSError:
+                        pass
+                self.dirs[what] = d
+            except OSError:
+                _remove_group(d)
+
+    def cpu_seconds(self):
+        """CPU time used so far by every process the job has had."""
+        d = self.dirs.get("cpu")
+        if d is None:
+            return 0.0
+        if os.path.exists(os.path.join(d, "cpu.stat")):
+            return _field(d, "cpu.stat", "usage_usec") / 1e6
+        try:
+            with open(os.path.join(d, "cpuacct.usage")) as f:
+                return int(f.read()) / 1e9
+        except (OSError, ValueError):
+            return 0.0
+
+    def verdict(self):
+        """(reason, message) for a limit the job ran into, or None."""
+        d = self.dirs.get("pids")
+        if d and self.pids and _field(d, "pids.events", "max"):
+            return "process_limit", (f"the candidate tried to run more than {self.pids} processes and threads "
+                                     f"at once (max_processes); a process it asked for was refused")
+        d = self.dirs.get("memory")
+        if d and self.memory and (_field(d, "memory.events", "oom_kill") or _field(d, "memory.oom_control", "oom_kill")):
+            return "memory_limit", (f"the job used more than its {self.memory / 2**30:.1f} GB of host memory "
+                                    f"(job_memory_gb) and the kernel killed a process of it")
+        if self.cpu and self.cpu_seconds() > self.cpu:
+            return "cpu_time", (f"the job's processes used more than {self.cpu:g} s of CPU time together "
+                                f"(cpu_seconds) and were killed")
+        return None
+
+    def close(self, tries=3):
+        """Kill whatever is still in the groups and remove them -> True once all are gone."""
+        for what, d in list(self.dirs.items()):
+            if _remove_group(d, tries):  # (v2: one folder for all three, gone after the first)
+                del self.dirs[what]
+        return not self.dirs
+
+
+def clean_groups():
+    """Remove the job groups of evaluators that are gone (killed before they could)."""
+    for base in set(_cgroup_bases().values()):
+        try:
+            names = [n for n in os.listdir(base) if n.startswith(GROUP_PREFIX)]
+        except OSError:
+            continue
+        for n in names:
+            try:
+                os.kill(int(n[len(GROUP_PREFIX):].split("-")[0]), 0)
+            except ProcessLookupError:
+                _remove_group(os.path.join(base, n))
+            except (ValueError, PermissionError):
+                pass
+
+
 def probe():
     """Which protections this machine refuses, tried once per process in a fresh Python
     child that enters the box and tries to get out: -> {protection: why} (empty when all hold)."""
@@ -241,8 +411,10 @@ def probe():
         import sys
         import tempfile
         dirs = [tempfile.mkdtemp(prefix="sandbox-probe-"), tempfile.mkdtemp(prefix="sandbox-outside-")]
+        group = JobGroup("probe", pids=PROBE_PIDS, memory=1 << 30, cpu=1.0)
         try:
-            r = subprocess.run([sys.executable, __file__, *dirs], capture_output=True, text=True, timeout=60)
+            r = subprocess.run([sys.executable, __file__, *dirs, json.dumps(group.dirs)],
+                               capture_output=True, text=True, timeout=60)
         finally:
             for d in dirs:  # here, outside the box: the child may not remove them
                 shutil.rmtree(d, ignore_errors=True)
@@ -250,14 +422,39 @@ def probe():
             got = json.loads(r.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
             got = {"probe": f"the probe failed: {r.stderr[-300:]}"}
+        no_group = "no control group this process may make (needs root, and cgroup v1 or a delegated v2 controller)"
+        got["job memory"] = "memory" in group.dirs and got.get("limits", True) is True or no_group
+        got["job CPU time"] = group.cpu_seconds() > 0 or no_group  # the child's own start-up, counted
+        if "pids" not in group.dirs:
+            got["process count"] = no_group
+        group.close()
         _PROBED = {k: v for k, v in got.items() if v is not True}
     return _PROBED
 
 
-def _probe_child(work, outside):
+PROBE_PIDS = 8
+
+
+def _probe_child(work, outside, groups):
     import json
     import socket
-    got = enter(work)
+    import time
+    got = enter(work, groups=json.loads(groups))
+    kids, refused = [], 0
+    for _ in range(2 * PROBE_PIDS):  # more processes than the probe's group allows
+        try:
+            pid = os.fork()
+        except BlockingIOError:
+            refused += 1
+            continue
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        kids.append(pid)
+    _signal_all(kids, signal.SIGKILL)
+    for pid in kids:
+        os.waitpid(pid, 0)
+    got["process count"] = refused > 0 or f"{2 * PROBE_PIDS} processes started in a group of {PROBE_PIDS}"
     if got["network"] is True:
         try:
             socket.create_connection(("127.0.0.1", 9), timeout=1).close()
@@ -278,4 +475,4 @@ _PROBED = None
 
 if __name__ == "__main__":  # probe()'s child
     import sys
-    _probe_child(*sys.argv[1:3])
+    _probe_child(*sys.argv[1:4])

@@ -10,6 +10,7 @@ import ast
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -646,6 +647,26 @@ def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
     assert os.listdir(os.path.join(cache, "reference-compile", "inductor"))
     if "files" not in sandbox.probe():
         assert p.ok, f"planted a file in the build cache: {p.status}/{p.reason}: {p.message}"
+
+
+def test_job_control_groups_are_removed_and_stale_ones_cleaned(cache, tasks):
+    """Each job's control group is gone once its worker has exited; one left by an evaluator
+    that died (named after its pid) is removed, with what still ran in it, by the next one."""
+    if {"process count", "job memory", "job CPU time"} & set(sandbox.probe()):
+        pytest.skip(f"this machine gives jobs no control groups: {sandbox.probe()}")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid is nobody's now
+    stale = os.path.join(sandbox._cgroup_bases()["pids"], f"{sandbox.GROUP_PREFIX}{dead.pid}-1-run")
+    os.mkdir(stale)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    sandbox._write(stale, "cgroup.procs", sleeper.pid)
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    with make_eval(cache, "cpu") as ev:
+        assert not os.path.exists(stale) and sleeper.wait(timeout=10) == -signal.SIGKILL
+        [v] = ev.evaluate([(tasks["gelu"], seed)])
+        assert v.ok, f"{v.status}/{v.reason}: {v.message}"
+    mine = f"{sandbox.GROUP_PREFIX}{os.getpid()}-"
+    assert not [n for b in set(sandbox._cgroup_bases().values()) for n in os.listdir(b) if n.startswith(mine)]
 
 
 def test_the_same_code_is_measured_once_per_evaluator(cache, tasks):

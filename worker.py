@@ -83,13 +83,15 @@ def child_main(kind, conn, job):
         # writable: its own part of the build cache; a run job comparing against torch.compile
         # also the reference's compiler cache, until its candidate is loaded (harness.py)
         ref_compile = kind == "run" and job["cfg"]["baseline"] == "compile"
-        sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]] + ([job["reference_cache"]] if ref_compile else []))
+        sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]] + ([job["reference_cache"]] if ref_compile else []),
+                      job.get("cgroups"))
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
-    # CPU time: a process (each one the candidate starts counts its own) that uses more is
-    # killed by SIGXCPU: runtime_error/cpu_time. By default no job can reach it legitimately:
-    # its timeout on every core it has.
+    # CPU time: a process that uses more is killed by SIGXCPU: runtime_error/cpu_time. Each
+    # process counts its own here; the Evaluator also stops a job whose processes together
+    # used more (its control group). By default no job can reach it legitimately: its
+    # timeout on every core it has.
     timeout = job["cfg"]["compile_timeout" if kind == "compile" else "run_timeout"]
     cpu = int(job["cfg"]["cpu_seconds"] or timeout * len(os.sched_getaffinity(0))) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
@@ -132,7 +134,8 @@ def child_main(kind, conn, job):
 
 
 def death(kind, code):
-    """What a worker that exited without a result died of, from its exit code (the parent's side)."""
+    """What a worker that exited without a result died of, from its exit code (the parent's
+    side; a limit of its control group, which says more, is looked at after this)."""
     doing = "importing" if kind == "compile" else "running"
     if code is None or code >= 0:
         return dict(status="runtime_error", reason="exit",

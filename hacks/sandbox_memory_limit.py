@@ -1,0 +1,20 @@
+"""Correct, but takes 6 GB of host memory (written, so the pages are real) in a job allowed
+2 GB (job_memory_gb). The kernel's out-of-memory killer ends the job inside its own control
+group, not the evaluator or the trainer beside it, and the verdict names the limit:
+runtime_error/memory_limit."""
+import torch
+import torch.nn as nn
+
+EXPECT = "runtime_error/memory_limit"
+TASK = "gelu"
+OPTIONS = {"job_memory_gb": 2.0}
+NEEDS = ("job memory",)
+
+
+class ModelNew(nn.Module):
+    hoard = []
+
+    def forward(self, x):
+        while len(ModelNew.hoard) < 24:
+            ModelNew.hoard.append(b"\1" * (256 << 20))
+        return torch.nn.functional.gelu(x)
