@@ -28,6 +28,7 @@ process it starts, which the parent watches.
 import ctypes
 import os
 import signal
+import time
 
 # what a worker's environment keeps: these names, and names with these prefixes
 KEEP = {"PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "LANG", "LANGUAGE", "TERM", "TZ", "CC", "CXX",
@@ -318,7 +319,6 @@ def _remove_group(d, tries=3):
         except FileNotFoundError:
             return True
         except OSError:
-            import time
             time.sleep(0.01)
     return False
 
@@ -330,7 +330,7 @@ class JobGroup:
     `cpu` seconds. dirs is {} where the machine allows none (no root, no cgroups)."""
 
     def __init__(self, name, pids=0, memory=0, cpu=0.0):
-        self.name, self.pids, self.memory, self.cpu, self.dirs = name, pids, memory, cpu, {}
+        self.name, self.pids, self.memory, self.cpu, self.dirs, self._next_look = name, pids, memory, cpu, {}, 0.0
         for what, base in _cgroup_bases().items():
             d = os.path.join(base, f"{GROUP_PREFIX}{os.getpid()}-{name}")
             v2 = os.path.exists(os.path.join(base, "cgroup.controllers"))
@@ -360,6 +360,14 @@ class JobGroup:
                 return int(f.read()) / 1e9
         except (OSError, ValueError):
             return 0.0
+
+    def over_cpu(self):
+        """Whether the job has used more than its CPU time (looked up at most twice a second:
+        the evaluator asks on every message its workers send)."""
+        if not self.cpu or "cpu" not in self.dirs or time.monotonic() < self._next_look:
+            return False
+        self._next_look = time.monotonic() + 0.5
+        return self.cpu_seconds() > self.cpu
 
     def verdict(self):
         """(reason, message) for a limit the job ran into, or None."""
@@ -438,7 +446,6 @@ PROBE_PIDS = 8
 def _probe_child(work, outside, groups):
     import json
     import socket
-    import time
     got = enter(work, groups=json.loads(groups))
     kids, refused = [], 0
     for _ in range(2 * PROBE_PIDS):  # more processes than the probe's group allows
