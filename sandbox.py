@@ -308,9 +308,10 @@ def _cgroup_bases():
     return _BASES
 
 
-def _remove_group(d, tries=3):
-    """Kill what is left in one group folder, then remove it -> True once it is gone."""
-    for _ in range(tries):
+def _remove_group(d, tries=1):
+    """Kill what is left in one group folder, then remove it -> True once it is gone (the
+    killed take a moment to exit: more tries wait for them, 10 ms apart)."""
+    for i in range(tries):
         try:
             with open(os.path.join(d, "cgroup.procs")) as f:
                 _signal_all([int(p) for p in f.read().split()], signal.SIGKILL)
@@ -319,7 +320,8 @@ def _remove_group(d, tries=3):
         except FileNotFoundError:
             return True
         except OSError:
-            time.sleep(0.01)
+            if i + 1 < tries:
+                time.sleep(0.01)
     return False
 
 
@@ -384,7 +386,7 @@ class JobGroup:
                                 f"(cpu_seconds) and were killed")
         return None
 
-    def close(self, tries=3):
+    def close(self, tries=1):
         """Kill whatever is still in the groups and remove them -> True once all are gone."""
         for what, d in list(self.dirs.items()):
             if _remove_group(d, tries):  # (v2: one folder for all three, gone after the first)
@@ -403,7 +405,7 @@ def clean_groups():
             try:
                 os.kill(int(n[len(GROUP_PREFIX):].split("-")[0]), 0)
             except ProcessLookupError:
-                _remove_group(os.path.join(base, n))
+                _remove_group(os.path.join(base, n), tries=100)
             except (ValueError, PermissionError):
                 pass
 
