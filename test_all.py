@@ -1548,6 +1548,22 @@ def test_evaluate_under_torchrun_matches_one_process(cache, tmp_path):
     assert [(v["task"], v["solution"], v["status"]) for v in got] == [(v.task, v.solution, v.status) for v in one]
 
 
+def test_evaluate_model_mode_under_torchrun(pipeline, cache, tmp_path):
+    """The README's `torchrun ... evaluate.py --samples 4 --checkpoint <ck>`: each rank samples
+    its share of the tasks and judges a share of the samples; rank 0 reports them all."""
+    out, _, _ = pipeline
+    ck = os.path.join(out, "small", "crl")
+    stdout = torchrun("evaluate.py", ["--only=gelu,diag_matmul", "--samples=2", f"--checkpoint={ck}",
+                                      f"--cache_dir={cache}", f"--out={tmp_path}", *TINY, "--timing_rounds=2",
+                                      "--round_seconds=0.05"])
+    assert "rank 0/2" in stdout and "rank 1/2" in stdout and stdout.count("results:") == 1, stdout
+    [path] = glob.glob(str(tmp_path / "evaluate" / "*.json"))
+    res = json.load(open(path))
+    got = sorted((v["task"], v["solution"]) for v in res["verdicts"])
+    assert [t for t, _ in got] == ["diag_matmul", "diag_matmul", "gelu", "gelu"], got
+    assert len({n for _, n in got}) == 4 and len(res["samples"]) == 4 and set(res["summary"]) == {ck}
+
+
 def test_crl_under_torchrun_keeps_ranks_in_sync(pipeline, tmp_path):
     """Two ranks (gloo): each samples and judges its share of prompts; the database and the
     weights stay identical on both (crl.py checks this every step and stops if not)."""
