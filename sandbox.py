@@ -8,6 +8,7 @@ library only (workers and candidates import it).
     group = sandbox.JobGroup(name, pids=1024, memory=8 << 30, cpu=600.0)  # a job's limits (cgroup)
     got = sandbox.enter(workdir, [own], group.dirs)  # in the worker: limits joined, reaper,
                                                      # network off, writes confined
+    group.over_limit(worker_pid)         # the parent, while the job runs: CPU time (and memory)
     group.verdict(); group.close()       # the parent, after the job: a limit it hit; remove it
     sandbox.confine([workdir, own, "/dev"])  # later: narrower still (never wider)
     left = sandbox.reap()                # every process the job left behind, killed -> commands
@@ -23,7 +24,8 @@ found and killed. The namespace and the Landlock domain belong to the worker's m
 and every thread or process it starts after entering, which is where candidate code runs.
 Each job also gets a control group of its own (cgroup v1 or v2, as root): a process count
 (threads included) and a memory limit the kernel enforces, and its CPU time summed over every
-process it starts, which the parent watches.
+process it starts, which the parent watches (and its memory too, where no memory group can be
+made).
 """
 import ctypes
 import os
@@ -325,14 +327,29 @@ def _remove_group(d, tries=1):
     return False
 
 
+def _pss(pids):
+    """Host memory these processes hold, each page shared among them counted once (bytes)."""
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
+        except (OSError, ValueError, StopIteration):
+            pass
+    return total
+
+
 class JobGroup:
     """One job's control groups (one folder per cgroup v1 hierarchy, one for v2): at most
     `pids` processes and threads at once and `memory` bytes of host memory, both enforced by
     the kernel, and its CPU time over all its processes, which the parent compares with
-    `cpu` seconds. dirs is {} where the machine allows none (no root, no cgroups)."""
+    `cpu` seconds. dirs is {} where the machine allows none (no root, no cgroups). Where no
+    memory group can be made (cgroup v2 delegates none to a group that holds processes),
+    the parent watches the job's memory instead (over_limit)."""
 
     def __init__(self, name, pids=0, memory=0, cpu=0.0):
         self.name, self.pids, self.memory, self.cpu, self.dirs, self._next_look = name, pids, memory, cpu, {}, 0.0
+        self.hit = None  # a limit over_limit found the job over
         for what, base in _cgroup_bases().items():
             d = os.path.join(base, f"{GROUP_PREFIX}{os.getpid()}-{name}")
             v2 = os.path.exists(os.path.join(base, "cgroup.controllers"))
@@ -363,16 +380,36 @@ class JobGroup:
         except (OSError, ValueError):
             return 0.0
 
-    def over_cpu(self):
-        """Whether the job has used more than its CPU time (looked up at most twice a second:
-        the evaluator asks on every message its workers send)."""
-        if not self.cpu or "cpu" not in self.dirs or time.monotonic() < self._next_look:
+    def over_limit(self, pid):
+        """Whether the job went over a limit the evaluator watches (looked up at most twice a
+        second: it asks on every message its workers send): its CPU time, all its processes
+        together, and its host memory where no memory group has the kernel enforce it (the
+        proportional set size of its processes: pages they share with the forkserver or with
+        each other count once). pid: the job's worker."""
+        if time.monotonic() < self._next_look:
             return False
         self._next_look = time.monotonic() + 0.5
-        return self.cpu_seconds() > self.cpu
+        if self.memory and "memory" not in self.dirs:
+            procs = self._procs() or [pid] + descendants(pid)
+            if _pss(procs) > self.memory:
+                self.hit = "memory_limit", (f"the job's processes held more than {self.memory / 2**30:.1f} GB of host "
+                                            f"memory (job_memory_gb; watched twice a second) and were killed")
+                return True
+        return bool(self.cpu and "cpu" in self.dirs and self.cpu_seconds() > self.cpu)
+
+    def _procs(self):
+        for d in set(self.dirs.values()):
+            try:
+                with open(os.path.join(d, "cgroup.procs")) as f:
+                    return [int(p) for p in f.read().split()]
+            except (OSError, ValueError):
+                pass
+        return []
 
     def verdict(self):
         """(reason, message) for a limit the job ran into, or None."""
+        if self.hit:
+            return self.hit
         d = self.dirs.get("pids")
         if d and self.pids and _field(d, "pids.events", "max"):
             return "process_limit", (f"the candidate tried to run more than {self.pids} processes and threads "
@@ -433,7 +470,8 @@ def probe():
         except (IndexError, ValueError):
             got = {"probe": f"the probe failed: {r.stderr[-300:]}"}
         no_group = "no control group this process may make (needs root, and cgroup v1 or a delegated v2 controller)"
-        got["job memory"] = "memory" in group.dirs and got.get("limits", True) is True or no_group
+        got["job memory"] = ("memory" in group.dirs and got.get("limits", True) is True) or \
+            os.path.exists("/proc/self/smaps_rollup") or "no memory control group, no /proc/<pid>/smaps_rollup to watch"
         got["job CPU time"] = group.cpu_seconds() > 0 or no_group  # the child's own start-up, counted
         if "pids" not in group.dirs:
             got["process count"] = no_group

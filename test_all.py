@@ -669,6 +669,20 @@ def test_job_control_groups_are_removed_and_stale_ones_cleaned(cache, tasks):
     assert not [n for b in set(sandbox._cgroup_bases().values()) for n in os.listdir(b) if n.startswith(mine)]
 
 
+def test_job_memory_is_watched_where_no_memory_group_can_be_made(cache, tasks, monkeypatch):
+    """cgroup v2 delegates no memory controller to a group that holds processes (the GPU
+    machines' layout): there the evaluator watches each job's memory twice a second instead."""
+    if "job memory" in sandbox.probe():
+        pytest.skip(sandbox.probe()["job memory"])
+    monkeypatch.setattr(sandbox, "_BASES", {k: v for k, v in sandbox._cgroup_bases().items() if k != "memory"})
+    hoarder = open(os.path.join(HERE, "hacks", "sandbox_memory_limit.py")).read()
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    with make_eval(cache, "cpu", job_memory_gb=2.0) as ev:
+        [v, ok] = ev.evaluate([(tasks["gelu"], hoarder), (tasks["gelu"], seed)])
+    assert (v.status, v.reason) == ("runtime_error", "memory_limit") and "watched" in v.message, v.message
+    assert ok.ok, f"{ok.status}/{ok.reason}: {ok.message}"
+
+
 def test_the_same_code_is_measured_once_per_evaluator(cache, tasks):
     """evaluate.py judges every checkpoint with one Evaluator: code a second checkpoint also
     produces gets the first one's measurement under its own name, with no new worker."""
