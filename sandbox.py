@@ -40,7 +40,7 @@ KEEP_PREFIXES = ("CUDA", "NVIDIA_", "NVCC", "CUDNN", "KERNELS_", "CUDAL1_", "TOR
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _NR = dict(landlock_create_ruleset=444, landlock_add_rule=445, landlock_restrict_self=446)  # x86_64 and arm64
-PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, CLONE_NEWNET = 38, 36, 0x40000000
+PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, CLONE_NEWNET, CLONE_NEWUSER = 38, 36, 0x40000000, 0x10000000
 
 
 def minimal_env(env=None):
@@ -151,14 +151,33 @@ def enter(workdir, writable=(), groups=None):
     os.chdir(workdir)
     got["processes"] = _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 or \
         f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}"
-    got["network"] = _libc.unshare(CLONE_NEWNET) == 0 or \
-        f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())} (needs root)"
+    got["network"] = _no_network()
     try:
         _landlock([workdir, *writable, "/dev"])
         got["files"] = True
     except (OSError, AttributeError) as e:
         got["files"] = f"Landlock: {e}"
     return got
+
+
+def _no_network():
+    """Move into a new, empty network namespace: as root directly; without root inside a new
+    user namespace, where the kernel allows unprivileged ones (only a process with one
+    thread can enter one: not a CUDA run worker, whose context has started threads).
+    -> True, or why not."""
+    if _libc.unshare(CLONE_NEWNET) == 0:
+        return True
+    why = os.strerror(ctypes.get_errno())
+    uid, gid = os.getuid(), os.getgid()
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        return f"unshare(CLONE_NEWNET): {why} (needs root); in a new user namespace: {os.strerror(ctypes.get_errno())}"
+    try:  # the same user and group inside, so files and permissions look as before
+        _write("/proc/self", "setgroups", "deny")
+        _write("/proc/self", "uid_map", f"{uid} {uid} 1")
+        _write("/proc/self", "gid_map", f"{gid} {gid} 1")
+    except OSError:
+        pass
+    return True
 
 
 def program_cache(root, src_hash):
@@ -475,6 +494,8 @@ def probe():
         got["job CPU time"] = group.cpu_seconds() > 0 or no_group  # the child's own start-up, counted
         if "pids" not in group.dirs:
             got["process count"] = no_group
+        if got.get("network") is True and os.geteuid() != 0:  # the child got it through a user namespace
+            got["network, CUDA run workers"] = "needs root (a user namespace takes a process with one thread)"
         group.close()
         _PROBED = {k: v for k, v in got.items() if v is not True}
     return _PROBED

@@ -10,9 +10,11 @@ import ast
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -484,7 +486,9 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
     verdict flags (FLAGS) and global settings (SET_FLAGS) it names."""
     honest = open(os.path.join(HERE, "tasks", "seeds", backend, "swish_bias", "fast.py")).read()
     groups = {}
-    missing = sandbox.probe()  # a sandbox hack needs its protection (NEEDS); the machine may refuse it
+    missing = set(sandbox.probe())  # a sandbox hack needs its protection (NEEDS); the machine may refuse it
+    if backend == "cuda" and "network, CUDA run workers" in missing:
+        missing.add("network")  # without root: cut for compile workers only (sandbox._no_network)
     for f, code, meta in hack_files(backend, folder):
         if not set(meta.get("NEEDS", ())) & set(missing):
             groups.setdefault(repr(sorted(meta.get("OPTIONS", {}).items())), []).append((f, code, meta))
@@ -681,6 +685,28 @@ def test_job_memory_is_watched_where_no_memory_group_can_be_made(cache, tasks, m
         [v, ok] = ev.evaluate([(tasks["gelu"], hoarder), (tasks["gelu"], seed)])
     assert (v.status, v.reason) == ("runtime_error", "memory_limit") and "watched" in v.message, v.message
     assert ok.ok, f"{ok.status}/{ok.reason}: {ok.message}"
+
+
+def test_without_root_the_network_is_cut_through_a_user_namespace():
+    """The probe as an unprivileged user (nobody), where the kernel allows user namespaces:
+    the network is cut all the same; only CUDA run workers, which have threads, go without."""
+    python = "/usr/bin/python3"
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(python):
+        pytest.skip("needs root, setpriv and a system python to become nobody")
+    d = tempfile.mkdtemp()
+    try:
+        shutil.copy(os.path.join(HERE, "sandbox.py"), d)
+        os.chmod(d, 0o755)
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c",
+                            "import json, sandbox; print(json.dumps(sandbox.probe()))"],
+                           cwd=d, capture_output=True, text=True, timeout=120, env=dict(PATH=os.environ["PATH"], HOME=d))
+    finally:
+        shutil.rmtree(d)
+    missing = json.loads(r.stdout.strip().splitlines()[-1])
+    if "user namespace: " in missing.get("network", ""):
+        pytest.skip(f"this kernel allows no unprivileged user namespace: {missing['network']}")
+    assert "network" not in missing and "files" not in missing, missing
+    assert "network, CUDA run workers" in missing and "process count" in missing, missing
 
 
 def test_the_same_code_is_measured_once_per_evaluator(cache, tasks):
