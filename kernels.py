@@ -654,7 +654,7 @@ class Evaluator:
                 for g in range(len(self.gpus)) if self.backend == "cuda" else ():
                     gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g])
                 for r in active:  # over a limit the evaluator watches (sandbox.JobGroup): stopped now
-                    if r.group and r.group.over_limit(r.proc.pid):
+                    if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):
                         r.deadline = r.job_deadline = gate.now()
                 wake = [r.deadline for r in active if not r.held] + [gate.now() + 0.5 for r in active if r.group]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)

@@ -399,16 +399,17 @@ class JobGroup:
         except (OSError, ValueError):
             return 0.0
 
-    def over_limit(self, pid):
+    def over_limit(self, pid, memory=True):
         """Whether the job went over a limit the evaluator watches (looked up at most twice a
         second: it asks on every message its workers send): its CPU time, all its processes
         together, and its host memory where no memory group has the kernel enforce it (the
         proportional set size of its processes: pages they share with the forkserver or with
-        each other count once). pid: the job's worker."""
+        each other count once). pid: the job's worker; memory=False while it times on the GPU
+        (reading its memory map holds its mmap lock, which could stall a timed launch)."""
         if time.monotonic() < self._next_look:
             return False
         self._next_look = time.monotonic() + 0.5
-        if self.memory and "memory" not in self.dirs:
+        if memory and self.memory and "memory" not in self.dirs:
             procs = self._procs() or [pid] + descendants(pid)
             if _pss(procs) > self.memory:
                 self.hit = "memory_limit", (f"the job's processes held more than {self.memory / 2**30:.1f} GB of host "
