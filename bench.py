@@ -211,7 +211,9 @@ def sandbox_cost(cfg, pairs, repeats=3):
               + f"   median {kernels.median(rs):6.1f}")
     cost = 1 - kernels.median(rates[True]) / kernels.median(rates[False])
     print(f"the box costs {100 * cost:.1f}% of throughput (median against median)")
-    return dict(with_box=rates[True], without=rates[False], cost=cost)
+    refused = sandbox.probe()  # what "the box" held here: a cost measured without a protection is not its cost
+    print("protections in the box: all" if not refused else f"protections this machine refused: {', '.join(refused)}")
+    return dict(with_box=rates[True], without=rates[False], cost=cost, refused=refused)
 
 
 def gpu_scaling(cfg, pairs):

@@ -633,8 +633,10 @@ def test_bench_commands_print_their_tables(cache, tmp_path):
     assert len(res["stability"]["rows"]) == 2 and res["throughput"]["inline_status"] == "ok"
     out = run_script("bench.py", ["--what=sandbox", "--only=gelu", *common_args])
     assert "with the box" in out and "without" in out and "the box costs" in out and "not ok" not in out, out
+    assert ("protections in the box: all" in out) == (not sandbox.probe()), out
     res = json.load(open(os.path.join(tmp_path, "bench", "sandbox-cpu.json")))
     assert len(res["sandbox"]["with_box"]) == len(res["sandbox"]["without"]) == 3
+    assert res["sandbox"]["refused"] == sandbox.probe()
 
 
 def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
