@@ -389,7 +389,7 @@ class Evaluator:
         self._standby = {}  # slot -> a run worker with its CUDA context up, waiting for a job
         self._exiting = []  # (worker that sent its result, when to kill it if it has not exited)
         self.trace = []  # the GPU gate's state changes (gate.Running.trace), for bench.py
-        self._groups = []  # (a job's sandbox.JobGroup, its worker): the group goes once the worker has
+        self._groups = []  # (a job's sandbox.JobGroup, its worker): the group is removed once it exits
         self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._clean_stale()
 
