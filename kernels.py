@@ -462,11 +462,10 @@ class Evaluator:
                 env["CUDA_VISIBLE_DEVICES"] = gate.physical_gpu(self.gpus[g])
             job["cores"], job["time_cores"] = self.check_cores[g], self.run_cores[g]
         timeout = self.cfg["compile_timeout"] if kind == "compile" else self.cfg["run_timeout"]
-        # the job's limits, whatever it starts included: processes, memory, CPU time (by default
-        # its timeout on every core it may use, which no job reaches legitimately)
-        cpu = self.cfg["cpu_seconds"] or timeout * len(job.get("cores") or os.sched_getaffinity(0))
+        # the job's limits, whatever it starts included: processes, memory, CPU time
         self._jobs += 1
-        group = sandbox.JobGroup(f"{self._jobs}-{kind}", self.cfg["max_processes"], self.memory, cpu) \
+        group = sandbox.JobGroup(f"{self._jobs}-{kind}", self.cfg["max_processes"], self.memory,
+                                 self.worker.cpu_limit(self.cfg, kind, job.get("cores"))) \
             if self.cfg["sandbox"] else None
         job = dict(job, env=env, cgroups=group.dirs if group else {})
         if kind == "run" and self.backend == "cuda":
@@ -656,7 +655,8 @@ class Evaluator:
                 for r in active:  # over a limit the evaluator watches (sandbox.JobGroup): stopped now
                     if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):
                         r.deadline = r.job_deadline = gate.now()
-                wake = [r.deadline for r in active if not r.held] + [gate.now() + 0.5 for r in active if r.group]
+                wake = [r.deadline for r in active if not r.held] + \
+                    [gate.now() + sandbox.WATCH_SECONDS for r in active if r.group]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
                 ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active], timeout=wait)
                 for r in list(active):

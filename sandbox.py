@@ -267,6 +267,7 @@ def reap():
 # Limits per job: a control group of its own, where the machine lets this process make one
 
 GROUP_PREFIX = "cudal1-"  # + the evaluator's pid + the job: a group whose evaluator died is stale
+WATCH_SECONDS = 0.5  # how often the evaluator looks at what it watches (JobGroup.over_limit)
 _BASES = None
 
 
@@ -329,13 +330,21 @@ def _cgroup_bases():
     return _BASES
 
 
+def _members(d):
+    """The processes in one group folder (none where it cannot be read)."""
+    try:
+        with open(os.path.join(d, "cgroup.procs")) as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def _remove_group(d, tries=1):
     """Kill what is left in one group folder, then remove it -> True once it is gone (the
     killed take a moment to exit: more tries wait for them, 10 ms apart)."""
     for i in range(tries):
+        _signal_all(_members(d), signal.SIGKILL)
         try:
-            with open(os.path.join(d, "cgroup.procs")) as f:
-                _signal_all([int(p) for p in f.read().split()], signal.SIGKILL)
             os.rmdir(d)
             return True
         except FileNotFoundError:
@@ -408,23 +417,14 @@ class JobGroup:
         (reading its memory map holds its mmap lock, which could stall a timed launch)."""
         if time.monotonic() < self._next_look:
             return False
-        self._next_look = time.monotonic() + 0.5
+        self._next_look = time.monotonic() + WATCH_SECONDS
         if memory and self.memory and "memory" not in self.dirs:
-            procs = self._procs() or [pid] + descendants(pid)
+            procs = next((m for m in map(_members, set(self.dirs.values())) if m), None) or [pid] + descendants(pid)
             if _pss(procs) > self.memory:
                 self.hit = "memory_limit", (f"the job's processes held more than {self.memory / 2**30:.1f} GB of host "
                                             f"memory (job_memory_gb; watched twice a second) and were killed")
                 return True
         return bool(self.cpu and "cpu" in self.dirs and self.cpu_seconds() > self.cpu)
-
-    def _procs(self):
-        for d in set(self.dirs.values()):
-            try:
-                with open(os.path.join(d, "cgroup.procs")) as f:
-                    return [int(p) for p in f.read().split()]
-            except (OSError, ValueError):
-                pass
-        return []
 
     def verdict(self):
         """(reason, message) for a limit the job ran into, or None."""

@@ -90,10 +90,8 @@ def child_main(kind, conn, job):
         os.sched_setaffinity(0, job["cores"])
     # CPU time: a process that uses more is killed by SIGXCPU: runtime_error/cpu_time. Each
     # process counts its own here; the Evaluator also stops a job whose processes together
-    # used more (its control group). By default no job can reach it legitimately: its
-    # timeout on every core it has.
-    timeout = job["cfg"]["compile_timeout" if kind == "compile" else "run_timeout"]
-    cpu = int(job["cfg"]["cpu_seconds"] or timeout * len(os.sched_getaffinity(0))) + 1
+    # used more (its control group).
+    cpu = int(cpu_limit(job["cfg"], kind)) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     if kind == "compile":  # builds share cores with the checks; the checks feed the GPU first
         os.nice(10)
@@ -131,6 +129,13 @@ def child_main(kind, conn, job):
         sys.stderr.flush()
     finally:
         _EXIT(0)  # skip atexit handlers and finalizers the candidate may have left
+
+
+def cpu_limit(cfg, kind, cores=None):
+    """CPU seconds a job may use (cpu_seconds): by default its timeout on every core it may use
+    (`cores`, or this process's), which no job reaches legitimately."""
+    timeout = cfg["compile_timeout" if kind == "compile" else "run_timeout"]
+    return cfg["cpu_seconds"] or timeout * len(cores or os.sched_getaffinity(0))
 
 
 def death(kind, code):
