@@ -8,7 +8,8 @@ library only (workers and candidates import it).
     group = sandbox.JobGroup(name, pids=1024, memory=8 << 30, cpu=600.0)  # a job's limits (cgroup)
     got = sandbox.enter(workdir, [own], group.dirs)  # in the worker: limits joined, reaper,
                                                      # network off, writes confined
-    group.over_limit(worker_pid)         # the parent, while the job runs: CPU time (and memory)
+    group.over_limit(worker_pid)         # the parent, while the job runs: CPU time (and the rest
+                                         # where no group enforces it)
     group.verdict(); group.close()       # the parent, after the job: a limit it hit; remove it
     sandbox.confine([workdir, own, "/dev"])  # later: narrower still (never wider)
     left = sandbox.reap()                # every process the job left behind, killed -> commands
@@ -24,8 +25,8 @@ found and killed. The namespace and the Landlock domain belong to the worker's m
 and every thread or process it starts after entering, which is where candidate code runs.
 Each job also gets a control group of its own (cgroup v1 or v2, as root): a process count
 (threads included) and a memory limit the kernel enforces, and its CPU time summed over every
-process it starts, which the parent watches (and its memory too, where no memory group can be
-made).
+process it starts, which the parent watches (and its process count and memory too, where no
+such group can be made: sandbox.WATCHED).
 """
 import ctypes
 import os
@@ -88,10 +89,14 @@ def start_forkserver():
         os.environ.update(saved)
     missing = probe()
     global _REPORTED
-    if missing and not _REPORTED:
+    if not _REPORTED:
         _REPORTED = True
-        print("evaluator: candidates run without these protections on this machine: "
-              + "; ".join(f"{k} ({v})" for k, v in missing.items()), file=sys.stderr)
+        if missing:
+            print("evaluator: candidates run without these protections on this machine: "
+                  + "; ".join(f"{k} ({v})" for k, v in missing.items()), file=sys.stderr)
+        if WATCHED:
+            print("evaluator: no control group here for " + ", ".join(WATCHED) + ": the evaluator, not the "
+                  "kernel, holds these limits, looking at each job twice a second", file=sys.stderr)
 
 
 _REPORTED = False
@@ -367,13 +372,26 @@ def _pss(pids):
     return total
 
 
+def _tasks(pids):
+    """Processes and threads these processes are (what a pids group counts)."""
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                total += int(f.read().rpartition(")")[2].split()[17])  # num_threads, field 20
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
 class JobGroup:
     """One job's control groups (one folder per cgroup v1 hierarchy, one for v2): at most
     `pids` processes and threads at once and `memory` bytes of host memory, both enforced by
     the kernel, and its CPU time over all its processes, which the parent compares with
     `cpu` seconds. dirs is {} where the machine allows none (no root, no cgroups). Where no
-    memory group can be made (cgroup v2 delegates none to a group that holds processes),
-    the parent watches the job's memory instead (over_limit)."""
+    pids or memory group can be made (cgroup v2 delegates only what the group above enables,
+    and no memory controller to a group that holds processes), the parent watches the job's
+    processes and threads, and its memory, instead (over_limit)."""
 
     def __init__(self, name, pids=0, memory=0, cpu=0.0):
         self.name, self.pids, self.memory, self.cpu, self.dirs, self._next_look = name, pids, memory, cpu, {}, 0.0
@@ -411,16 +429,23 @@ class JobGroup:
     def over_limit(self, pid, memory=True):
         """Whether the job went over a limit the evaluator watches (looked up at most twice a
         second: it asks on every message its workers send): its CPU time, all its processes
-        together, and its host memory where no memory group has the kernel enforce it (the
-        proportional set size of its processes: pages they share with the forkserver or with
-        each other count once). pid: the job's worker; memory=False while it times on the GPU
-        (reading its memory map holds its mmap lock, which could stall a timed launch)."""
+        together; where no group has the kernel enforce them, its processes and threads, and its
+        host memory (the proportional set size of its processes: pages they share with the
+        forkserver or with each other count once). pid: the job's worker; memory=False while it
+        times on the GPU (reading its memory map holds its mmap lock, which could stall a timed
+        launch)."""
         if time.monotonic() < self._next_look:
             return False
         self._next_look = time.monotonic() + WATCH_SECONDS
-        if memory and self.memory and "memory" not in self.dirs:
+        count = self.pids and "pids" not in self.dirs
+        weigh = memory and self.memory and "memory" not in self.dirs
+        if count or weigh:  # the job's processes: its group's members, else its worker's descendants
             procs = next((m for m in map(_members, set(self.dirs.values())) if m), None) or [pid] + descendants(pid)
-            if _pss(procs) > self.memory:
+            if count and _tasks(procs) > self.pids:
+                self.hit = "process_limit", (f"the candidate ran more than {self.pids} processes and threads at once "
+                                             f"(max_processes; watched twice a second) and was killed")
+                return True
+            if weigh and _pss(procs) > self.memory:
                 self.hit = "memory_limit", (f"the job's processes held more than {self.memory / 2**30:.1f} GB of host "
                                             f"memory (job_memory_gb; watched twice a second) and were killed")
                 return True
@@ -493,8 +518,10 @@ def probe():
         got["job memory"] = ("memory" in group.dirs and got.get("limits", True) is True) or \
             os.path.exists("/proc/self/smaps_rollup") or "no memory control group, no /proc/<pid>/smaps_rollup to watch"
         got["job CPU time"] = group.cpu_seconds() > 0 or no_group  # the child's own start-up, counted
-        if "pids" not in group.dirs:
-            got["process count"] = no_group
+        if "pids" not in group.dirs:  # then watched (JobGroup.over_limit), as the memory
+            got["process count"] = os.path.exists(f"/proc/{os.getpid()}/stat") or "no /proc/<pid>/stat to watch"
+        WATCHED[:] = [k for k, c in (("process count", "pids"), ("job memory", "memory"))
+                      if c not in group.dirs and got[k] is True]
         if got.get("network") is True and os.geteuid() != 0:  # the child got it through a user namespace
             got["network, CUDA run workers"] = "needs root (a user namespace takes a process with one thread)"
         group.close()
@@ -503,6 +530,7 @@ def probe():
 
 
 PROBE_PIDS = 8
+WATCHED = []  # the job limits that hold here only because the evaluator watches them (probe)
 
 
 def _probe_child(work, outside, groups):

@@ -675,17 +675,20 @@ def test_job_control_groups_are_removed_and_stale_ones_cleaned(cache, tasks):
     assert not [n for b in set(sandbox._cgroup_bases().values()) for n in os.listdir(b) if n.startswith(mine)]
 
 
-def test_job_memory_is_watched_where_no_memory_group_can_be_made(cache, tasks, monkeypatch):
-    """cgroup v2 delegates no memory controller to a group that holds processes (the GPU
-    machines' layout): there the evaluator watches each job's memory twice a second instead."""
-    if "job memory" in sandbox.probe():
-        pytest.skip(sandbox.probe()["job memory"])
-    monkeypatch.setattr(sandbox, "_BASES", {k: v for k, v in sandbox._cgroup_bases().items() if k != "memory"})
+def test_job_limits_are_watched_where_no_group_can_be_made(cache, tasks, monkeypatch):
+    """cgroup v2 delegates only what the group above turns on, and no memory controller to a
+    group that holds processes (the GPU machines have neither pids nor memory): there the
+    evaluator watches each job's processes and threads, and its memory, twice a second."""
+    if {"job memory", "process count"} & set(sandbox.probe()):
+        pytest.skip(str(sandbox.probe()))
+    monkeypatch.setattr(sandbox, "_BASES", {k: v for k, v in sandbox._cgroup_bases().items() if k == "cpu"})
     hoarder = open(os.path.join(HERE, "hacks", "sandbox_memory_limit.py")).read()
+    forker = open(os.path.join(HERE, "hacks", "sandbox_process_limit.py")).read()
     seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
-    with make_eval(cache, "cpu", job_memory_gb=2.0) as ev:
-        [v, ok] = ev.evaluate([(tasks["gelu"], hoarder), (tasks["gelu"], seed)])
-    assert (v.status, v.reason) == ("runtime_error", "memory_limit") and "watched" in v.message, v.message
+    with make_eval(cache, "cpu", job_memory_gb=2.0, max_processes=100) as ev:
+        [m, p, ok] = ev.evaluate([(tasks["gelu"], hoarder), (tasks["gelu"], forker), (tasks["gelu"], seed)])
+    assert (m.status, m.reason) == ("runtime_error", "memory_limit") and "watched" in m.message, m.message
+    assert (p.status, p.reason) == ("runtime_error", "process_limit") and "watched" in p.message, p.message
     assert ok.ok, f"{ok.status}/{ok.reason}: {ok.message}"
 
 
