@@ -360,45 +360,39 @@ def _remove_group(d, tries=1):
     return False
 
 
-def _rss(pids):
-    """Host memory these processes hold, a page shared among them counted once per process
-    (bytes): an upper bound on _pss, read in O(1) per process (no walk of its memory map)."""
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _per_process(pids, name, value):
+    """The sum over these processes of value(their /proc/<pid>/<name> file, open); one that is
+    gone or unreadable counts 0."""
     total = 0
     for p in pids:
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * _PAGE
-        except (OSError, ValueError, IndexError):
+            with open(f"/proc/{p}/{name}") as f:
+                total += value(f)
+        except (OSError, ValueError, IndexError, StopIteration):
             pass
     return total
 
 
-_PAGE = os.sysconf("SC_PAGE_SIZE")
+def _rss(pids):
+    """Host memory these processes hold, a page shared among them counted once per process
+    (bytes): an upper bound on _pss, read in O(1) per process (no walk of its memory map)."""
+    return _per_process(pids, "statm", lambda f: int(f.read().split()[1]) * _PAGE)
 
 
 def _pss(pids):
     """Host memory these processes hold, each page shared among them counted once (bytes).
     Walks each process's memory map (about 15 ms for one that imported torch)."""
-    total = 0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
-        except (OSError, ValueError, StopIteration):
-            pass
-    return total
+    return _per_process(pids, "smaps_rollup",
+                        lambda f: next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024)
 
 
 def _tasks(pids):
     """Processes and threads these processes are (what a pids group counts)."""
-    total = 0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                total += int(f.read().rpartition(")")[2].split()[17])  # num_threads, field 20
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
+    # num_threads, field 20 of stat (after the command name, which may hold spaces and parentheses)
+    return _per_process(pids, "stat", lambda f: int(f.read().rpartition(")")[2].split()[17]))
 
 
 class JobGroup:
@@ -534,10 +528,11 @@ def probe():
             got = json.loads(r.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
             got = {"probe": f"the probe failed: {r.stderr[-300:]}"}
-        no_group = "no control group this process may make (needs root, and cgroup v1 or a delegated v2 controller)"
         got["job memory"] = ("memory" in group.dirs and got.get("limits", True) is True) or \
             os.path.exists("/proc/self/smaps_rollup") or "no memory control group, no /proc/<pid>/smaps_rollup to watch"
-        got["job CPU time"] = group.cpu_seconds() > 0 or no_group  # the child's own start-up, counted
+        # the child's own start-up, counted
+        got["job CPU time"] = group.cpu_seconds() > 0 or \
+            "no control group this process may make (needs root, and cgroup v1 or a delegated v2 controller)"
         if "pids" not in group.dirs:  # then watched (JobGroup.over_limit), as the memory
             got["process count"] = os.path.exists(f"/proc/{os.getpid()}/stat") or "no /proc/<pid>/stat to watch"
         WATCHED[:] = [k for k, c in (("process count", "pids"), ("job memory", "memory"))
