@@ -4,7 +4,9 @@ here runs candidate code.
 
     err, tol = correctness.compare(out, ref32, ref64, allow_lowp=False, where="seed 0")  # or raises kernels.Reject
 """
+import contextlib
 import copy
+import ctypes
 
 import torch
 
@@ -110,12 +112,35 @@ def same_bits(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
 
 
-def poison(specs, dev, copies=2):
-    """Fill the memory the candidate's outputs will likely get with all-ones bytes (a NaN
-    for floats) and free it: a kernel that leaves part of its output unwritten shows the
-    poison instead of a stale correct answer (README, "How a candidate is judged": reading freed memory)."""
+def mallopt(param, value):
+    """glibc's malloc settings (the host allocator torch's CPU tensors come from) -> whether
+    it took; False where the C library is not glibc."""
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(param, value))
+    except (OSError, AttributeError):
+        return False
+
+
+M_PERTURB, M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -6, -1, -3
+
+
+@contextlib.contextmanager
+def poisoned(specs, dev, copies=2):
+    """While the candidate runs, the memory its outputs get reads as all-ones bytes (a NaN
+    for floats): a kernel that leaves part of its output unwritten shows the poison instead
+    of a stale correct answer (README, "How a candidate is judged": reading freed memory).
+    The GPU's caching allocator hands back the blocks just freed, so blocks of the outputs'
+    sizes are filled and freed. The host allocator picks among all its free blocks, and
+    which one depends on the worker's history, so there glibc fills every block it hands
+    out while this is open (M_PERTURB): the same code gets the same verdict."""
     held = [torch.full((n,), 255, dtype=torch.uint8, device=dev) for n, _ in specs for _ in range(copies)]
     del held
+    perturbed = dev.type == "cpu" and mallopt(M_PERTURB, 0x100)  # blocks handed out: ~0x00
+    try:
+        yield
+    finally:
+        if perturbed:
+            mallopt(M_PERTURB, 0)
 
 
 def _poisoned(t):

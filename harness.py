@@ -406,9 +406,9 @@ def run_checks(h):
             else:
                 xs = fresh
             clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
-            correctness.poison(h.out_specs, h.dev)
             where = f"seed {s}, input set {k}"
-            out, snap = h.forward(new, xs, where, snapshot=True)
+            with correctness.poisoned(h.out_specs, h.dev):
+                out, snap = h.forward(new, xs, where, snapshot=True)
             if not h.cuda:
                 time.sleep(0.005)
             if any(not correctness.same_bits(a, b) for a, b in zip(snap, tensors(out))):
@@ -461,8 +461,10 @@ def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
     more. Right with them: its initialization draws the random stream differently (another
     order, another way); rejected by default, accepted and flagged with allow_init_mismatch
     -> (the candidate with the reference's weights, err, tol). Wrong with them too: the
-    failure stands."""
+    failure stands, as it does where Model has no weights to copy."""
     rs = ref.state_dict()
+    if not rs:
+        raise failure
     try:
         ns = h.candidate(seed).state_dict()
     except Reject:
@@ -471,7 +473,9 @@ def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
         raise failure
     new = h.candidate(seed, weights=rs)
     try:
-        err, tol = correctness.compare(h.forward(new, xs, where), r32, r64, h.cfg["allow_lowp"], where)
+        with correctness.poisoned(h.out_specs, h.dev):
+            out = h.forward(new, xs, where)
+        err, tol = correctness.compare(out, r32, r64, h.cfg["allow_lowp"], where)
     except Reject:
         raise failure from None
     if not h.cfg["allow_init_mismatch"]:
@@ -499,8 +503,8 @@ def check_after_timing(h, ref, new, ref64):
     """One more fresh input set after timing: a candidate that turns wrong once it has been
     checked (counting calls, say) is caught here."""
     xs = h.inputs(h.job["seed"] + 999, fenced=True)
-    correctness.poison(h.out_specs, h.dev)
-    out = h.forward(new, xs, "after timing")
+    with correctness.poisoned(h.out_specs, h.dev):
+        out = h.forward(new, xs, "after timing")
     r32, r64, _ = correctness.reference_outputs(ref, ref64, xs)
     correctness.compare(out, r32, r64, h.cfg["allow_lowp"], "check after timing")
 

@@ -439,6 +439,19 @@ def test_rel_err_and_compare():
     assert e.value.reason == "unwritten_output"
 
 
+@pytest.mark.skipif(not correctness.mallopt(correctness.M_PERTURB, 0), reason="the C library is not glibc")
+def test_poison_reaches_whatever_host_block_the_allocator_picks():
+    """Blocks just freed hold another answer; whichever block the host allocator hands the
+    candidate's output (one of them, or fresh pages), it reads as poison while poisoned()
+    is open."""
+    for n in (100, 1 << 12, 1 << 20, 1 << 24):  # from glibc's small bins up to mmap
+        stale = [torch.ones(n) for _ in range(4)]
+        del stale
+        with correctness.poisoned([(4 * n, torch.float32)], torch.device("cpu")):
+            out = torch.empty(n)
+        assert correctness._poisoned(out) == n
+
+
 def test_tolerance_scales_with_an_ill_conditioned_reference():
     # cumsum of a long zero-mean sequence: the eager fp32 reference is itself far from fp64
     x = torch.randn(1 << 18, dtype=torch.float64)

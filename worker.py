@@ -7,7 +7,6 @@ torch (and not transformers).
     child_main(kind, conn, job)     # every job: kind is compile | run | reference
     standby_main(conn, env, cores)  # a CUDA run worker that brings its context up first
 """
-import ctypes
 import importlib
 import os
 import pickle
@@ -20,6 +19,7 @@ import traceback
 
 import torch
 
+import correctness
 import gate
 import harness
 import kernels
@@ -153,11 +153,7 @@ def death(kind, code):
 
 def _cpu_worker_setup(job):
     """CPU timing worker: all its cores for torch, and freed heap blocks kept in the heap
-    (not returned to the OS) so the output poison survives for the allocator to hand out."""
+    (not returned to the OS), so timed calls of either program do not pay for fresh pages."""
     torch.set_num_threads(len(os.sched_getaffinity(0)))
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 << 20)   # M_MMAP_THRESHOLD: the largest value glibc accepts
-        libc.mallopt(-1, 1 << 30)    # M_TRIM_THRESHOLD
-    except OSError:
-        pass
+    correctness.mallopt(correctness.M_MMAP_THRESHOLD, 32 << 20)  # the largest value glibc accepts
+    correctness.mallopt(correctness.M_TRIM_THRESHOLD, 1 << 30)
