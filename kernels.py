@@ -350,11 +350,13 @@ class Evaluator:
         self.tmp = tempfile.mkdtemp(prefix="kernels-")
         self.ctx = mp.get_context("forkserver")
         # Workers run worker.py (which imports this module for the build API candidates
-        # call); imported here, not at the top, so that importing kernels stays cheap.
-        import worker
-        self.worker = worker
+        # call). The server that forks them imports it (and torch, seconds on a cold disk)
+        # while this process does the same, not after it: the first build starts sooner.
+        # Imported here, not at the top, so that importing kernels stays cheap.
         self.ctx.set_forkserver_preload(["torch", "worker"])
         sandbox.start_forkserver()
+        import worker
+        self.worker = worker
         self.env = {"KERNELS_BACKEND": self.backend, "CUDAL1_CACHE": self.cache, "MAX_JOBS": "2",
                     "KERNELS_COMPILE_TIMEOUT": str(self.cfg["compile_timeout"])}
         # torch.compile of the reference (--baseline=compile): its compiler caches, shared by
