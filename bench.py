@@ -102,12 +102,17 @@ def pct(xs, q):
 def throughput(cfg, pairs):
     rows = {}
     for label in ("cold cache", "warm cache"):
-        t0 = time.time()
+        t0, s0 = time.time(), gate.now()
         with kernels.Evaluator(cfg) as ev:
             g0 = gate.now()
             vs = ev.evaluate(pairs, desc=label)
-            share = gate.gate_share(ev.trace, g0, gate.now())
+            g1 = gate.now()
+            share = gate.gate_share(ev.trace, g0, g1)
         wall = time.time() - t0
+        # start-up: until the first timing nothing else can (processes importing torch, the
+        # first builds and checks); paid once per Evaluator, not per candidate
+        holds = [e[0] for e in ev.trace if e[3] == "hold"]
+        start = holds[0] - s0 if holds else None
         for v in vs:  # the seeds are all correct: a failure here is the evaluator's to explain
             if not v.ok:
                 print(f"{label}: {os.path.relpath(v.solution)}: {v.status}/{v.reason}: {v.message}\n{v.log[-1500:]}")
@@ -117,7 +122,8 @@ def throughput(cfg, pairs):
                            compile_med=pct(sec("compile"), 0.5), compile_max=max(sec("compile") or [0]),
                            check_med=pct(sec("check"), 0.5), time_med=pct(sec("time"), 0.5),
                            wait_med=pct(sec("wait"), 0.5),
-                           run_med=pct(sec("run"), 0.5), workers=ev.workers, gpu_share=share)
+                           run_med=pct(sec("run"), 0.5), workers=ev.workers, gpu_share=share,
+                           start_s=start, after_start_per_min=60 * len(vs) / (g1 - holds[0]) if holds else None)
     # A build-cache hit inside one process: the cost a worker pays to load a built kernel.
     src = next((s.code for _, s in pairs if "load_cuda(" in s.code or "load_cpp(" in s.code), None)
     hit_ms = None
@@ -160,6 +166,10 @@ def throughput(cfg, pairs):
             tot = sum(a.values()) or 1
             print(f"{label}, GPU {g}: timing {a['timing']:.1f} s ({100 * a['timing'] / tot:.0f}%), waiting for "
                   f"pause points {a['waiting']:.1f} s, neither (loads, checks, start) {a['other']:.1f} s")
+    for label, r in rows.items():
+        if r["start_s"] is not None:
+            print(f"{label}: {r['start_s']:.1f} s from start to the first timing (the evaluator's processes "
+                  f"importing torch, the first builds and checks), {r['after_start_per_min']:.1f} cand/min after it")
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"
