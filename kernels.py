@@ -349,10 +349,9 @@ class Evaluator:
         os.makedirs(self.cache, exist_ok=True)
         self.tmp = tempfile.mkdtemp(prefix="kernels-")
         self.ctx = mp.get_context("forkserver")
-        # Workers run worker.py (which imports this module for the build API candidates
-        # call). The server that forks them imports it (and torch, seconds on a cold disk)
-        # while this process does the same, not after it: the first build starts sooner.
-        # Imported here, not at the top, so that importing kernels stays cheap.
+        # Workers run worker.py (which imports this module for the build API candidates call),
+        # imported by the server that forks them while this process imports it too (torch:
+        # seconds on a cold disk), not after; here, not at the top, so importing kernels stays cheap.
         self.ctx.set_forkserver_preload(["torch", "worker"])
         sandbox.start_forkserver()
         import worker
