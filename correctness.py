@@ -7,6 +7,7 @@ here runs candidate code.
 import contextlib
 import copy
 import ctypes
+import functools
 
 import torch
 
@@ -112,13 +113,18 @@ def same_bits(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
 
 
+@functools.cache
+def _libc():
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
 def mallopt(param, value):
     """glibc's malloc settings (the host allocator torch's CPU tensors come from) -> whether
     it took; False where the C library is not glibc."""
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(param, value))
-    except (OSError, AttributeError):
-        return False
+    return bool(getattr(_libc(), "mallopt", None) and _libc().mallopt(param, value))
 
 
 M_PERTURB, M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -6, -1, -3
@@ -132,10 +138,11 @@ def poisoned(specs, dev, copies=2):
     The GPU's caching allocator hands back the blocks just freed, so blocks of the outputs'
     sizes are filled and freed. The host allocator picks among all its free blocks, and
     which one depends on the worker's history, so there glibc fills every block it hands
-    out while this is open (M_PERTURB): the same code gets the same verdict."""
-    held = [torch.full((n,), 255, dtype=torch.uint8, device=dev) for n, _ in specs for _ in range(copies)]
-    del held
+    out while this is open (M_PERTURB): the same code gets the same verdict; where the C
+    library is not glibc, the host gets the GPU's treatment."""
     perturbed = dev.type == "cpu" and mallopt(M_PERTURB, 0x100)  # blocks handed out: ~0x00
+    if not perturbed:  # filled, then freed at once (the list is dropped)
+        [torch.full((n,), 255, dtype=torch.uint8, device=dev) for n, _ in specs for _ in range(copies)]
     try:
         yield
     finally:
