@@ -11,14 +11,20 @@ the worker that timed pauses too: the next waiting worker times, or all paused o
 (the one that timed to its last check). Time spent paused or waiting does
 not count against a worker's deadlines.
 
-Messages, worker -> Evaluator, through the result pipe: ("call", seconds | None) for a
-candidate call's deadline, ("acquire",), ("paused",), ("release",). Evaluator -> worker,
-single bytes on the same (duplex) pipe after the job: P pause, R resume, G go.
+Host-only work (building a model on the host) needs no pause point: a worker inside it is
+stopped where it is, and before any candidate code is loaded it may even go on during
+another's timing (WorkerGate.host_only).
 
-    Worker side (worker.py):  WorkerGate(fd, send, sync, cores, free): pause_point, acquire, release
+Messages, worker -> Evaluator, through the result pipe: ("call", seconds | None) for a
+candidate call's deadline, ("acquire",), ("paused",), ("release",), ("host", may_run) and
+("device",) around host-only work. Evaluator -> worker, single bytes on the same (duplex)
+pipe after the job: P pause, R resume, G go, D host-only work over.
+
+    Worker side (worker.py):  WorkerGate(fd, send, sync, cores, free): pause_point, host_only, acquire, release
     Parent side (kernels.py): Running (one worker), pick_slot, join, arbitrate(workers of one GPU)
     Reading a run's trace (bench.py): gate_share(trace, t0, t1)
 """
+import contextlib
 import os
 import select
 import signal
@@ -71,6 +77,9 @@ class Open:
     def pause_point(self):
         pass
 
+    def host_only(self, during_timing=False):
+        return contextlib.nullcontext()
+
     def acquire(self):
         pass
 
@@ -99,9 +108,36 @@ class WorkerGate:
         if not _SELECT([self.fd], [], [], 0)[0]:
             return
         if self._next() == b"P":
-            self.sync()
-            self.free()  # cached blocks back to the device, for the one that times
-            self._hold(("paused",))
+            self._pause()
+
+    def _pause(self):
+        self.sync()
+        self.free()  # cached blocks back to the device, for the one that times
+        self._hold(("paused",))
+
+    @contextlib.contextmanager
+    def host_only(self, during_timing=False):
+        """A stretch of host work that launches nothing on the GPU (building a model on the
+        host): the Evaluator may stop this worker anywhere inside it instead of waiting for
+        the next pause point. during_timing: no candidate code is loaded yet either, so it
+        may even go on while another worker times (off that worker's timing cores). On the
+        way out it waits for the Evaluator's D, so it never launches GPU work the Evaluator
+        still takes for host work; a pause asked for meanwhile is taken right there."""
+        self.sync()  # nothing of ours left queued
+        if self.cores:
+            _AFFINITY(0, self.shared - set(self.cores))
+        self.send(("host", during_timing))
+        try:
+            yield
+        finally:
+            self.send(("device",))
+            pending = False
+            while (b := self._next()) != b"D":
+                pending = b == b"P" or (pending and b != b"R")  # every P is answered by one R
+            if self.cores:
+                _AFFINITY(0, self.shared)
+            if pending:
+                self._pause()
 
     def acquire(self):
         """Block until this worker has the GPU to itself; then time on the timing cores."""
@@ -145,6 +181,7 @@ class Running:
         self.gpu, self.state, self.since, self.stopped, self.held_since = gpu, "run", now(), False, None
         self.trace = None  # a list to append (time, GPU, worker pid, new state) to, or None
         self.group = None  # its job's control group (sandbox.JobGroup), or None
+        self.host = None  # inside WorkerGate.host_only: "stop" (may be stopped anywhere), "run" (may go on)
 
     @property
     def held(self):
@@ -169,6 +206,11 @@ class Running:
                 elif msg == ("release",):
                     if self.state == "hold":
                         self._set("paused")  # until nobody waits for the GPU
+                elif isinstance(msg, tuple) and msg[:1] == ("host",):
+                    self.host = "run" if msg[1] else "stop"
+                elif msg == ("device",):
+                    self.host = None
+                    self.tell(b"D")  # it waits for this before any GPU work
                 elif isinstance(msg, tuple):
                     continue  # nothing else is a result
                 else:
@@ -234,10 +276,11 @@ def join(new, workers):
 def arbitrate(workers):
     """One GPU's workers (their run jobs) -> the next step of the protocol: while one waits
     for the GPU or holds it, every other one is asked to pause; the first one waiting gets
-    the GPU once all others are paused (or waiting themselves), and they are stopped; with
-    nobody waiting or holding, the paused ones go on. A worker in a long candidate call is
-    waited for (it reaches its pause point, or its call deadline ends it): stopping it there
-    would leave its kernels running under someone else's timing."""
+    the GPU once all others are paused, waiting themselves or in host-only work, and they
+    are stopped (host-only work with no candidate code loaded yet goes on); with nobody
+    waiting or holding, the paused ones go on. A worker in a long candidate call is waited
+    for (it reaches its pause point, or its call deadline ends it): stopping it there would
+    leave its kernels running under someone else's timing."""
     holder = any(w.state == "hold" for w in workers)
     waiting = sorted((w for w in workers if w.state == "wait"), key=lambda w: w.since)
     if not (holder or waiting):
@@ -247,17 +290,21 @@ def arbitrate(workers):
                 w._set("run")
             w.stop(False)
         return
+    # Out of the way of a timing: paused, waiting, or in host-only work (WorkerGate.host_only)
+    aside = lambda w: w.state in ("paused", "wait") or (w.state == "pausing" and w.host)
     for w in workers:
         if w.state == "run":
             w.tell(b"P")
             w._set("pausing")
-        elif w.state == "paused" and holder:
-            w.stop()  # one that paused during a timing
-    if holder or any(w.state == "pausing" for w in workers):
+        if holder and w.state != "hold" and aside(w) and w.host != "run":
+            w.stop()  # one that paused, or began host work, during a timing
+        elif not holder and w.state == "pausing" and not w.host:
+            w.stop(False)  # stopped in host work that has ended since: on to its pause point
+    if holder or not all(aside(w) for w in workers):
         return
     first = waiting[0]
     for w in workers:
-        if w is not first:
+        if w is not first and w.host != "run":
             w.stop()
     first.stop(False)
     first._set("hold")

@@ -32,6 +32,10 @@ import timing
 from correctness import tensors
 from kernels import Reject
 
+# Host memory the reference models built ahead (Harness.prebuild) may take per worker.
+PREBUILD_BYTES = 2 << 30
+
+
 def classify(exc, where):
     """An exception from candidate code -> Reject with a specific reason."""
     text = f"{type(exc).__name__}: {exc}"
@@ -103,6 +107,8 @@ class Harness:
         # functions read, watched for changes), constructor arguments, and the bytes and
         # dtype of each reference output (where the poison goes).
         self.task, self.task_vars, self.init_args, self.out_specs = None, {}, [], []
+        # Reference models built ahead on the host (prebuild), by seed, until build() takes them.
+        self.built = {}
         # The candidate (load_candidate) and what integrity() compares against: global
         # flags, live threads, callables of the harness and torch, global module hooks;
         # ModelNew's forward and __call__ (watch_forward).
@@ -137,10 +143,31 @@ class Harness:
         f = getattr(self.task, "get_init_inputs", None)
         self.init_args = list(f()) if f else []
 
+    def seeds(self):
+        """The weight seeds: the reference's first run, then one per correctness check."""
+        s0 = self.job["seed"]
+        return [s0] + [s0 + 1000 * s for s in range(self.cfg["check_seeds"])]
+
+    def prebuild(self, budget=PREBUILD_BYTES):
+        """The reference models of this job's seeds, built on the host now, before any
+        candidate code is loaded, so the work (seconds for large layers: the random
+        initialization runs on one core) may overlap other workers' timings (gate.py).
+        Each is what build() would make later: the seed is set right before the
+        constructor. Up to `budget` bytes of them; the rest are built when needed."""
+        size = 0
+        for seed in self.seeds():
+            if size > budget:
+                break
+            torch.manual_seed(seed)
+            m = self.task.Model(*self.init_args)
+            self.built.setdefault(seed, []).append(m)
+            size += sum(t.numel() * t.element_size() for t in list(m.parameters()) + list(m.buffers()))
+
     def run_reference(self):
-        """Load the task and call its reference once on the device (which also warms its
-        libraries up) -> (model, inputs, output, milliseconds of that first call)."""
-        self.load_task()
+        """Load the task (unless done) and call its reference once on the device (which
+        also warms its libraries up) -> (model, inputs, output, milliseconds of that first call)."""
+        if self.task is None:
+            self.load_task()
         ref = self.build(self.task.Model, self.job["seed"])
         xs = self.inputs(self.job["seed"])
         self.sync()
@@ -169,13 +196,15 @@ class Harness:
         """cls(*init_args) as KernelBench builds both programs: the seed set right before the
         constructor, the parameters created on the host, then the model moved to the device.
         Weights are never copied from one to the other, so a candidate may fold constants
-        into its own at construction."""
+        into its own at construction. A reference built ahead (prebuild) is taken as is."""
+        if cls is self.task.Model and self.built.get(seed):
+            return self.built[seed].pop(0).to(self.dev)
         torch.manual_seed(seed)
         return cls(*self.init_args).to(self.dev)
 
     def models(self, seed):
-        """The reference and the candidate, each built from `seed` (on the host: for large
-        weights, tenths of a second each, so a pause point between them)."""
+        """The reference and the candidate, each built from `seed` (the candidate on the
+        host now: for large weights, tenths of a second, so a pause point before it)."""
         ref = self.build(self.task.Model, seed)
         self.gate.pause_point()
         return ref, self.candidate(seed)
@@ -383,10 +412,9 @@ def run_checks(h):
     sets each, candidate called first on every set (so no reference result sits in freed
     memory), with checks for side streams, mutated inputs, cached results and rebinding.
     -> (ref, new, ref64) of the first seed, for timing and the check after it."""
-    cfg, seed0 = h.cfg, h.job["seed"]
+    cfg = h.cfg
     errs, tols, constant, kept = [], [], True, None
-    for s in range(cfg["check_seeds"]):
-        seed = seed0 + 1000 * s
+    for s, seed in enumerate(h.seeds()[1:]):
         h.gate.pause_point()
         ref, new = h.models(seed)
         ref64 = correctness.float64_copy(ref)
@@ -541,6 +569,9 @@ def run_job(job):
     res = {}
     with torch.no_grad():
         try:
+            h.load_task()  # task code: sizes and classes, nothing run on the device
+            with h.gate.host_only(during_timing=True):
+                h.prebuild()
             h.gate.pause_point()
             ref, xs, out, _ = h.run_reference()
             if cfg["baseline"] == "compile":  # before the snapshot: dynamo wraps torch functions on first use

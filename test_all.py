@@ -332,28 +332,34 @@ def test_worker_gpu_is_named_as_the_machine_numbers_it():
     with pytest.raises(ValueError, match="not among the 1 visible"):
         gate.physical_gpu(1, "5")
 
-def _gate_worker(conn, path, steps, long_step):
+def _gate_worker(conn, path, steps, long_step, host=None):
     """A stand-in for a CUDA run worker (gate.py): `steps` check steps with a pause point
-    before each, then the GPU alone for 0.3 s; it notes the time every millisecond it runs."""
+    before each, then the GPU alone for 0.3 s; it notes the time every millisecond it runs.
+    host=(at step, may run during a timing): 1 s of host-only work before that step."""
     import gate
     os.setsid()
     g = gate.WorkerGate(conn.fileno(), conn.send, lambda: None)
-    seen, spans = [], []
+    seen, spans, host_seen, regions = [], [], [], []
 
-    def busy(seconds):
+    def busy(seconds, into):
         t0 = time.monotonic()
         while (t := time.monotonic()) - t0 < seconds:
-            seen.append(t)
+            into.append(t)
             time.sleep(0.001)
     for i in range(steps):
+        if host and host[0] == i:
+            with g.host_only(during_timing=host[1]):
+                t0 = time.monotonic()
+                busy(1.0, host_seen)
+                regions.append((t0, time.monotonic()))
         g.pause_point()
-        busy(long_step if i == 1 else 0.02)
+        busy(long_step if i == 1 else 0.02, seen)
     g.acquire()
     t0 = time.monotonic()
-    busy(0.3)
+    busy(0.3, seen)
     spans.append((t0, time.monotonic()))
     g.release()
-    json.dump(dict(seen=seen, spans=spans, paused=g.paused), open(path, "w"))
+    json.dump(dict(seen=seen, spans=spans, paused=g.paused, host_seen=host_seen, regions=regions), open(path, "w"))
     conn.send({"status": "ok"})
     time.sleep(0.2)
 
@@ -373,14 +379,18 @@ def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
 def test_gpu_gate_times_each_worker_alone(tmp_path):
     """Checks share the device, timings own it: while one worker times, no other one runs
     (not even one that was inside a 1 s step when the request came: it is waited for), each
-    times once, and time spent paused or waiting is not counted against a deadline."""
+    times once, and time spent paused or waiting is not counted against a deadline. Host-only
+    work is not waited for: a worker inside it is stopped where it is (worker 2), or, with no
+    candidate code loaded yet, goes on beside the timing (worker 3)."""
     import multiprocessing as mp
     import multiprocessing.connection as mpc
     ctx = mp.get_context("fork")
     ws = []
+    hosts = [None, None, (1, False), (0, True)]
     for i in range(4):
         parent, child = ctx.Pipe(duplex=True)
-        p = ctx.Process(target=_gate_worker, args=(child, str(tmp_path / f"{i}.json"), 4 + 3 * i, 1.0 if i == 3 else 0.02))
+        p = ctx.Process(target=_gate_worker, args=(child, str(tmp_path / f"{i}.json"), 4 + 3 * i,
+                                                   1.0 if i == 3 else 0.02, hosts[i]))
         p.start()
         ws.append(gate.Running("run", {}, p, parent, gate.now() + 60, i, "", gpu=0))
     deadline0 = [w.job_deadline for w in ws]
@@ -402,6 +412,14 @@ def test_gpu_gate_times_each_worker_alone(tmp_path):
         for j, other in enumerate(logs):
             inside = [t for t in other["seen"] if a < t < b] if j != i else []
             assert not inside, f"worker {j} ran while worker {i} timed"
+            if j == 2:
+                assert not [t for t in other["host_seen"] if a < t < b], f"worker 2's host work ran while {i} timed"
+    spans = [lg["spans"][0] for lg in logs]
+    (r2a, r2b), (r3a, r3b) = logs[2]["regions"][0], logs[3]["regions"][0]
+    # the first timing began inside both 1 s stretches of host work: nobody waited for them
+    first = min(a for a, _ in spans)
+    assert r2a < first < r2b and r3a < first < r3b, (spans, logs[2]["regions"], logs[3]["regions"])
+    assert any(a < t < b for a, b in spans[:3] for t in logs[3]["host_seen"])  # worker 3 went on
     assert sum(lg["paused"] for lg in logs) > 0.3  # some paused for someone else's timing
     held = [w.job_deadline - d for w, d in zip(ws, deadline0)]
     assert max(held) > 0.3, held  # held time extended the deadlines
