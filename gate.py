@@ -134,10 +134,10 @@ class WorkerGate:
             pending = False
             while (b := self._next()) != b"D":
                 pending = b == b"P" or (pending and b != b"R")  # every P is answered by one R
-            if self.cores:
-                _AFFINITY(0, self.shared)
             if pending:
                 self._pause()
+            if self.cores:  # all its cores again once it runs only while nobody times
+                _AFFINITY(0, self.shared)
 
     def acquire(self):
         """Block until this worker has the GPU to itself; then time on the timing cores."""
