@@ -571,6 +571,29 @@ def test_honest_candidates_cuda(cache, tasks):
     run_hacks(cache, tasks, "cuda", "honest")
 
 
+def test_references_built_ahead_are_the_ones_built_later(tmp_path, tasks):
+    """Harness.prebuild (the reference models made before the candidate loads, so the work
+    may overlap other workers' timings) makes exactly what build() would make from each
+    seed later; past its memory budget the rest are built when asked for."""
+    import harness
+    t = tasks["linear_relu"]
+    job = dict(cfg=dict(config.DEFAULTS), backend="cpu", workdir=str(tmp_path), task_code=t.code,
+               task_hash=t.hash, seed=1234)
+    later, ahead, capped = harness.Harness(job), harness.Harness(job), harness.Harness(job)
+    for h in (later, ahead, capped):
+        h.load_task()
+    ahead.prebuild()
+    capped.prebuild(budget=0)
+    assert sum(map(len, ahead.built.values())) == len(ahead.seeds()) == 1 + config.DEFAULTS["check_seeds"]
+    assert sum(map(len, capped.built.values())) == 1
+    for seed in later.seeds():
+        want = later.build(later.task.Model, seed).state_dict()
+        for h in (ahead, capped):
+            got = h.build(h.task.Model, seed).state_dict()
+            assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert not any(ahead.built.values()) and not any(capped.built.values())  # each taken once
+
+
 def test_a_worker_that_cannot_start_cuda_says_so(cache, tasks):
     """A CUDA run worker brings its context up before it boxes itself (inside the box CUDA
     cannot start). When that fails, the job's verdict names the GPU, not the task or the
