@@ -152,14 +152,13 @@ class Harness:
         """The reference models of this job's seeds, built on the host now, before any
         candidate code is loaded, so the work (seconds for large layers: the random
         initialization runs on one core) may overlap other workers' timings (gate.py).
-        Each is what build() would make later: the seed is set right before the
-        constructor. Up to `budget` bytes of them; the rest are built when needed."""
+        Each is what build() would make later (both call _on_host). Up to `budget` bytes
+        of them; the rest are built when needed."""
         size = 0
         for seed in self.seeds():
             if size > budget:
                 break
-            torch.manual_seed(seed)
-            m = self.task.Model(*self.init_args)
+            m = self._on_host(self.task.Model, seed)
             self.built.setdefault(seed, []).append(m)
             size += sum(t.numel() * t.element_size() for t in list(m.parameters()) + list(m.buffers()))
 
@@ -199,8 +198,11 @@ class Harness:
         into its own at construction. A reference built ahead (prebuild) is taken as is."""
         if cls is self.task.Model and self.built.get(seed):
             return self.built[seed].pop(0).to(self.dev)
-        torch.manual_seed(seed)
-        return cls(*self.init_args).to(self.dev)
+        return self._on_host(cls, seed).to(self.dev)
+
+    def _on_host(self, cls, seed):
+        torch.manual_seed(seed)  # right before the constructor: both programs draw the same stream
+        return cls(*self.init_args)
 
     def models(self, seed):
         """The reference and the candidate, each built from `seed` (the candidate on the
