@@ -364,6 +364,49 @@ def _gate_worker(conn, path, steps, long_step, host=None):
     time.sleep(0.2)
 
 
+class _TimedHarness:
+    """What timing.run_timing uses of a Harness, on a simulated clock: each call of a
+    program advances it by that program's milliseconds (the first call by `first_ms`)."""
+    def __init__(self, cfg):
+        self.cfg, self.job, self.cuda, self.dev = cfg, {"seed": 0}, False, torch.device("cpu")
+        self.ref_compiled, self.notes, self.t = None, [], 0.0
+        self.sync = lambda: None
+        import contextlib
+        self.reference_flags = self.calling = contextlib.nullcontext
+        self.candidate_flags = lambda where: contextlib.nullcontext()
+        self.check_forward = self.integrity = lambda *a: None
+
+    def clock(self):
+        return self.t
+
+    def inputs(self, seed):
+        return [torch.zeros(4)]
+
+    def program(self, ms, first_ms=None):
+        calls = []
+
+        def fn(*xs):
+            self.t += (first_ms if first_ms is not None and not calls else ms) / 1e3
+            calls.append(self.t)
+        fn.calls = calls
+        return fn
+
+
+@pytest.mark.parametrize("ref_ms,new_ms,first_ms,calls", [
+    (25.0, 275.0, None, 4),   # slow: warm-up, a one-pair estimate that counts as round 1, 2 more rounds
+    (0.3, 0.3, None, 504),    # fast: warm-up, 3 estimate calls, 5 rounds of max_runs (100) pairs
+    (0.3, 0.3, 400.0, 502),   # slow only on its first call: a one-pair estimate, which does not count
+])
+def test_timing_plan_counts_each_call_it_makes(ref_ms, new_ms, first_ms, calls):
+    import timing
+    cfg = dict(config.DEFAULTS, backend="cpu")
+    h = _TimedHarness(cfg)
+    ref, new = h.program(ref_ms), h.program(new_ms, first_ms)
+    r, n, spread = timing.run_timing(h, ref, new)
+    assert (r, n) == pytest.approx((ref_ms, new_ms)) and spread == pytest.approx(0.0)
+    assert len(ref.calls) == len(new.calls) == calls
+
+
 def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
     """bench.py's account of a GPU's time, from the gate's state changes: timing while one
     worker holds the GPU, waiting while one asked and the others have not paused yet."""
