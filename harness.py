@@ -125,6 +125,7 @@ class Harness:
         # GPU alone while timing. Open (no waiting) where a worker has its device alone.
         self.gate = job.get("gate") or gate.Open()
         self.call_limit, self.in_call = None, False
+        self.left = []  # the candidate's threads still running when its last forward returned
         self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
         # Fixed for reference and candidate alike: no TF32 unless lowered precision is
         # allowed, so an fp32 task is checked and timed as fp32.
@@ -298,13 +299,15 @@ class Harness:
     def forward(self, new, xs, where, snapshot=False):
         """One call of the candidate under its flags and its call deadline, synchronized, its
         kernel calls counted -> out, or with snapshot (out, copies of its tensors taken before
-        the synchronize: what the caller's stream saw when forward returned)."""
+        the synchronize: what the caller's stream saw when forward returned). self.left: the
+        candidate's threads still running when it returned."""
         label = "ModelNew.forward after timing" if where == "after timing" else "ModelNew.forward"
         before = kernels.KERNEL_CALLS[0]
         with self.calling():
             try:
                 with self.candidate_flags(f"ModelNew.forward, {where}"):
                     out = new(*xs)
+                self.left = self.candidate_threads()
                 snap = [t.clone() for t in tensors(out)] if snapshot else None
                 self.sync()  # an asynchronous CUDA error shows here
             except Reject:
@@ -382,13 +385,17 @@ class Harness:
             if vars(self.task).get(k) != v:
                 raise Reject("rejected", "problem_size_changed",
                              f"candidate changed the task's {k} from {v!r} (during {where})")
-        alive = [t for t in threading.enumerate() if t.ident not in self.threads0 and t.is_alive()
-                 and not getattr(t, "_started_by_library", False)]
+        alive = self.candidate_threads()
         if alive:
             raise Reject("rejected", "thread", f"candidate left {len(alive)} thread(s) running "
                          f"({alive[0].name}) after {where}")
         if self._global_hooks() != self.hooks0:
             raise Reject("rejected", "forward_hook", f"candidate registered global module hooks ({where})")
+
+    def candidate_threads(self):
+        """Threads the candidate started that are still running (not a library's helpers)."""
+        return [t for t in threading.enumerate() if t.ident not in self.threads0 and t.is_alive()
+                and not getattr(t, "_started_by_library", False)]
 
     def watch_forward(self, new):
         """Remember how `new` is called, so rebinding forward/__call__ later is caught."""
@@ -442,9 +449,11 @@ def run_checks(h):
             if not h.cuda:
                 time.sleep(0.005)
             if any(not correctness.same_bits(a, b) for a, b in zip(snap, tensors(out))):
-                raise Reject("rejected", "side_stream" if h.cuda else "background_work",
-                             "output changed after forward returned: work left running on an "
-                             + ("unjoined stream" if h.cuda else "other thread") + f" ({where})")
+                # a thread it left running says which, however long the synchronize took
+                thread = h.left or not h.cuda
+                reason = "background_work" if not h.cuda else "thread" if thread else "side_stream"
+                raise Reject("rejected", reason, "output changed after forward returned: work left running on "
+                             + ("another thread" if thread else "an unjoined stream") + f" ({where})")
             for i, (x, c) in enumerate(zip(xs, clones)):
                 if isinstance(x, torch.Tensor) and not correctness.same_bits(x, c):
                     raise Reject("rejected", "input_mutated", f"input {i} was modified in place ({where})")
