@@ -153,8 +153,8 @@ class Harness:
         """The reference models of this job's seeds, built on the host now, before any
         candidate code is loaded, so the work (seconds for large layers: the random
         initialization runs on one core) may overlap other workers' timings (gate.py).
-        Each is what build() would make later (both call _on_host). Up to `budget` bytes
-        of them; the rest are built when needed."""
+        Each is what build() would make later (both call _on_host). It stops once they
+        pass `budget` bytes (so at least one is built); the rest are built when needed."""
         size = 0
         for seed in self.seeds():
             if size > budget:
@@ -449,11 +449,10 @@ def run_checks(h):
             if not h.cuda:
                 time.sleep(0.005)
             if any(not correctness.same_bits(a, b) for a, b in zip(snap, tensors(out))):
-                # a thread it left running says which, however long the synchronize took
-                thread = h.left or not h.cuda
-                reason = "background_work" if not h.cuda else "thread" if thread else "side_stream"
+                # on a GPU, a thread it left running says which, however long the synchronize took
+                reason = "side_stream" if h.cuda and not h.left else "thread" if h.cuda else "background_work"
                 raise Reject("rejected", reason, "output changed after forward returned: work left running on "
-                             + ("another thread" if thread else "an unjoined stream") + f" ({where})")
+                             + ("an unjoined stream" if reason == "side_stream" else "another thread") + f" ({where})")
             for i, (x, c) in enumerate(zip(xs, clones)):
                 if isinstance(x, torch.Tensor) and not correctness.same_bits(x, c):
                     raise Reject("rejected", "input_mutated", f"input {i} was modified in place ({where})")
