@@ -382,11 +382,15 @@ class _TimedHarness:
     def inputs(self, seed):
         return [torch.zeros(4)]
 
-    def program(self, ms, first_ms=None):
+    def program(self, ms, first_ms=None, drift=None):
+        """drift(k) -> a factor on the time of the k-th call of either program."""
         calls = []
+        self.k = 0
 
         def fn(*xs):
-            self.t += (first_ms if first_ms is not None and not calls else ms) / 1e3
+            base = first_ms if first_ms is not None and not calls else ms
+            self.t += base * (drift(self.k) if drift else 1.0) / 1e3
+            self.k += 1
             calls.append(self.t)
         fn.calls = calls
         return fn
@@ -405,6 +409,23 @@ def test_timing_plan_counts_each_call_it_makes(ref_ms, new_ms, first_ms, calls):
     r, n, spread = timing.run_timing(h, ref, new)
     assert (r, n) == pytest.approx((ref_ms, new_ms)) and spread == pytest.approx(0.0)
     assert len(ref.calls) == len(new.calls) == calls
+
+
+@pytest.mark.parametrize("shared,rounds", [(True, 5), (False, 10)])
+def test_timing_extra_rounds_follow_the_speedup(shared, rounds):
+    """Extra rounds go where the rounds' speedups disagree. Every other round 20% slower: for
+    both programs (a clock change both share) the speedup holds and timing_rounds (5) do; for
+    the candidate alone the speedups disagree and it gets max_rounds (10)."""
+    import timing
+    cfg = dict(config.DEFAULTS, backend="cpu")
+    h = _TimedHarness(cfg)
+    # calls 0-7 (of both programs): warm-up and the 3-pair estimate; then rounds of 100 pairs
+    slow = lambda k: 1.2 if k >= 8 and (k - 8) // 200 % 2 else 1.0
+    ref, new = h.program(0.3, drift=slow if shared else None), h.program(0.3, drift=slow)
+    _, _, spread = timing.run_timing(h, ref, new)
+    assert len(new.calls) == 4 + 100 * rounds
+    ratios = [1.0, 1 / 1.2]
+    assert spread == pytest.approx(0.0 if shared else (ratios[0] - ratios[1]) / (sum(ratios) / 2))
 
 
 def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():

@@ -3,7 +3,8 @@ run_job calls it once the candidate has passed its checks).
 
 Both programs are timed under the same conditions: a warm-up, a cache flush before every
 call, a device-wide synchronize before the end mark, a pool of fresh input sets, the two
-interleaved in random order, the median of each round, more rounds while rounds disagree,
+interleaved in random order, the median of each round, more rounds while the rounds'
+speedups disagree,
 and a longer re-measure for implausible speedups. On a GPU the worker has it alone while
 it times (gate.py).
 """
@@ -100,9 +101,11 @@ def run_timing(h, ref, new):
     while len(rr) < rounds:
         one_round(runs, rr, rn)
     if not (slow or suspicious(rr, rn)):  # (an implausible speedup is measured again below)
-        # extra rounds while rounds disagree, up to max_rounds and 4x the planned time
+        # extra rounds while the rounds' speedups disagree, up to max_rounds and 4x the planned
+        # time. The speedup, not each program's time: a drift both programs share (the GPU's
+        # clock between rounds, say) moves both medians of a round and leaves their ratio alone.
         planned = rounds * max(cfg["round_seconds"], runs * pair_ms / 1e3)
-        while len(rr) < cfg["max_rounds"] and max(_spread(rr), _spread(rn)) > cfg["spread_limit"] \
+        while len(rr) < cfg["max_rounds"] and _spread([a / b for a, b in zip(rr, rn)]) > cfg["spread_limit"] \
                 and h.clock() - t0 < 4 * planned:
             one_round(runs, rr, rn)
     if suspicious(rr, rn):  # implausible: measured again, twice as long, and that counts
