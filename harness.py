@@ -23,6 +23,7 @@ import warnings
 
 import torch
 
+import builds
 import correctness
 import gate
 import guards
@@ -329,7 +330,7 @@ class Harness:
             ("Stream", torch.cuda.Stream), ("nn.Module", torch.nn.Module),
             ("time", sys.modules["time"]), ("torch.testing", torch.testing),
             ("task", self.task), ("Model", self.task.Model), ("harness", sys.modules[__name__]),
-            ("correctness", correctness), ("timing", timing), ("guards", guards), ("kernels", kernels),
+            ("correctness", correctness), ("timing", timing), ("guards", guards), ("kernels", kernels), ("builds", builds),
             # the way the verdict travels back to the Evaluator
             ("Connection", multiprocessing.connection.Connection),
             ("ForkingPickler", multiprocessing.reduction.ForkingPickler)])

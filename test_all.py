@@ -143,7 +143,7 @@ def test_readme_commands_name_real_settings():
 # Library modules in import order: each imports only modules before it (kernels starts the
 # workers in worker.py, importing it when an Evaluator is built: the one exception). Stages
 # import library modules and earlier stages; evaluate.py and bench.py import no stage.
-LIBRARY = ["config", "prompts", "taskset", "sandbox", "gate", "kernels", "correctness", "timing", "guards", "harness", "worker", "sampler", "policy",
+LIBRARY = ["config", "prompts", "taskset", "sandbox", "gate", "builds", "kernels", "correctness", "timing", "guards", "harness", "worker", "sampler", "policy",
            "common", "exemplars", "grpo"]
 STAGES = ["sft", "selftrain", "crl"]
 
