@@ -42,7 +42,7 @@ SETTINGS = {
         require_kernel=(False, "reject candidates that never call a compiled kernel"),
         allow_init_mismatch=(False, "accept a ModelNew that is right only with Model's weights copied in"),
         reject_reused_output=(False, "reject outputs returned in an earlier call's buffer (else flagged)"),
-        timing_rounds=(5, "rounds of interleaved reference/candidate runs (median of round medians)"),
+        timing_rounds=(4, "rounds of interleaved reference/candidate runs (median of round medians)"),
         max_rounds=(10, "rounds at most, with the extra ones while the rounds' speedups disagree"),
         round_seconds=(0.1, "target length of one round (both programs)"),
         min_runs=(3, "timed calls per program per round, at least (programs slower than a round: what fits, >= 1)"),

@@ -398,8 +398,8 @@ class _TimedHarness:
 
 @pytest.mark.parametrize("ref_ms,new_ms,first_ms,calls", [
     (25.0, 275.0, None, 4),   # slow: warm-up, a one-pair estimate that counts as round 1, 2 more rounds
-    (0.3, 0.3, None, 504),    # fast: warm-up, 3 estimate calls, 5 rounds of max_runs (100) pairs
-    (0.3, 0.3, 400.0, 502),   # slow only on its first call: a one-pair estimate, which does not count
+    (0.3, 0.3, None, 404),    # fast: warm-up, 3 estimate calls, 4 rounds (timing_rounds) of max_runs (100) pairs
+    (0.3, 0.3, 400.0, 402),   # slow only on its first call: a one-pair estimate, which does not count
 ])
 def test_timing_plan_counts_each_call_it_makes(ref_ms, new_ms, first_ms, calls):
     import timing
@@ -411,10 +411,10 @@ def test_timing_plan_counts_each_call_it_makes(ref_ms, new_ms, first_ms, calls):
     assert len(ref.calls) == len(new.calls) == calls
 
 
-@pytest.mark.parametrize("shared,rounds", [(True, 5), (False, 10)])
+@pytest.mark.parametrize("shared,rounds", [(True, 4), (False, 10)])
 def test_timing_extra_rounds_follow_the_speedup(shared, rounds):
     """Extra rounds go where the rounds' speedups disagree. Every other round 20% slower: for
-    both programs (a clock change both share) the speedup holds and timing_rounds (5) do; for
+    both programs (a clock change both share) the speedup holds and timing_rounds (4) do; for
     the candidate alone the speedups disagree and it gets max_rounds (10)."""
     import timing
     cfg = dict(config.DEFAULTS, backend="cpu")
