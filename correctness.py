@@ -138,8 +138,9 @@ def poisoned(specs, dev, copies=2):
     The GPU's caching allocator hands back the blocks just freed, so blocks of the outputs'
     sizes are filled and freed. The host allocator picks among all its free blocks, and
     which one depends on the worker's history, so there glibc fills every block it hands
-    out while this is open (M_PERTURB): the same code gets the same verdict; where the C
-    library is not glibc, the host gets the GPU's treatment."""
+    out while this is open (M_PERTURB; workers start without glibc's per-thread cache, whose
+    blocks it hands out unfilled: sandbox.WORKER_TUNABLES): the same code gets the same
+    verdict; where the C library is not glibc, the host gets the GPU's treatment."""
     perturbed = dev.type == "cpu" and mallopt(M_PERTURB, 0x100)  # blocks handed out: ~0x00
     if not perturbed:  # filled, then freed at once (the list is dropped)
         [torch.full((n,), 255, dtype=torch.uint8, device=dev) for n, _ in specs for _ in range(copies)]

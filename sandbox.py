@@ -73,15 +73,22 @@ def redact_result(res):
             res[key] = redact(res[key])
 
 
+# In the forkserver's environment, and so in every worker from its start (glibc reads its
+# tunables only then): no per-thread cache of freed blocks. malloc hands those out without
+# M_PERTURB's fill, so a small output could read a stale answer instead of the poison
+# (correctness.poisoned). Workers drop it for the programs they start (worker.py).
+WORKER_TUNABLES = "glibc.malloc.tcache_count=0"
+
+
 def start_forkserver():
     """Start multiprocessing's forkserver (once per process) with the minimal environment,
-    so the workers it forks, and /proc/<worker>/environ, hold no secret of this process;
-    say once which protections this machine refuses."""
+    so the workers it forks, and /proc/<worker>/environ, hold no secret of this process, and
+    WORKER_TUNABLES; say once which protections this machine refuses."""
     import sys
     from multiprocessing import forkserver
     saved = os.environ.copy()
     os.environ.clear()
-    os.environ.update(minimal_env(saved))
+    os.environ.update(minimal_env(saved), GLIBC_TUNABLES=WORKER_TUNABLES)
     try:
         forkserver.ensure_running()
     finally:

@@ -73,6 +73,7 @@ def child_main(kind, conn, job):
     too), output to a log file, then one job, its result sent back, and a hard exit."""
     if os.getsid(0) != os.getpid():
         os.setsid()
+    os.environ.pop("GLIBC_TUNABLES", None)  # this process's malloc is set; the compilers it starts get the default
     os.environ.update(job["env"])
     fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
