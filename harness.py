@@ -330,7 +330,8 @@ class Harness:
             ("Stream", torch.cuda.Stream), ("nn.Module", torch.nn.Module),
             ("time", sys.modules["time"]), ("torch.testing", torch.testing),
             ("task", self.task), ("Model", self.task.Model), ("harness", sys.modules[__name__]),
-            ("correctness", correctness), ("timing", timing), ("guards", guards), ("kernels", kernels), ("builds", builds),
+            ("correctness", correctness), ("timing", timing), ("guards", guards), ("kernels", kernels),
+            ("builds", builds),
             # the way the verdict travels back to the Evaluator
             ("Connection", multiprocessing.connection.Connection),
             ("ForkingPickler", multiprocessing.reduction.ForkingPickler)])

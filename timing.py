@@ -4,9 +4,8 @@ run_job calls it once the candidate has passed its checks).
 Both programs are timed under the same conditions: a warm-up, a cache flush before every
 call, a device-wide synchronize before the end mark, a pool of fresh input sets, the two
 interleaved in random order, the median of each round, more rounds while the rounds'
-speedups disagree,
-and a longer re-measure for implausible speedups. On a GPU the worker has it alone while
-it times (gate.py).
+speedups disagree, and a longer re-measure for implausible speedups. On a GPU the worker
+has it alone while it times (gate.py).
 """
 import contextlib
 import random
