@@ -522,7 +522,7 @@ def test_rel_err_and_compare():
 
 
 _POISON = """
-import sys, torch, correctness
+import torch, correctness
 missed = []
 for trial in range(100):  # heaps in many states: blocks of other sizes held, freed, in between
     for n in (100, 1 << 12, 1 << 20, 1 << 24)[: 4 if trial < 3 else 2]:  # from glibc's small bins up to mmap

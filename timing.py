@@ -94,6 +94,7 @@ def run_timing(h, ref, new):
     if slow:
         runs, rounds = max(1, int(fit)), min(3, rounds)
     suspicious = lambda rr, rn: kernels.median(rr) / kernels.median(rn) > cfg["suspicious_speedup"]
+    speedups = lambda rr, rn: [a / b for a, b in zip(rr, rn)]  # one per round
     rr, rn, t0 = [], [], h.clock()
     if slow and slow_cold and runs == 1:  # the estimate was such a round: it counts, and a
         rr, rn = er, en                   # 275 ms candidate holds the GPU one pair less
@@ -104,7 +105,7 @@ def run_timing(h, ref, new):
         # time. The speedup, not each program's time: a drift both programs share (the GPU's
         # clock between rounds, say) moves both medians of a round and leaves their ratio alone.
         planned = rounds * max(cfg["round_seconds"], runs * pair_ms / 1e3)
-        while len(rr) < cfg["max_rounds"] and _spread([a / b for a, b in zip(rr, rn)]) > cfg["spread_limit"] \
+        while len(rr) < cfg["max_rounds"] and _spread(speedups(rr, rn)) > cfg["spread_limit"] \
                 and h.clock() - t0 < 4 * planned:
             one_round(runs, rr, rn)
     if suspicious(rr, rn):  # implausible: measured again, twice as long, and that counts
@@ -114,5 +115,4 @@ def run_timing(h, ref, new):
             one_round(2 * runs, rr, rn)
     h.check_forward(new, "timing")
     h.integrity("timing")
-    ratios = [a / b for a, b in zip(rr, rn)]
-    return kernels.median(rr), kernels.median(rn), _spread(ratios)
+    return kernels.median(rr), kernels.median(rn), _spread(speedups(rr, rn))
