@@ -11,6 +11,7 @@ suggestion for near misses. `--help` prints a script's docstring and the setting
 import difflib
 import json
 import os
+import re
 
 # Every setting: (default, one-line meaning), grouped by what reads it. The type of the
 # default is the setting's type. `--help` prints the groups a script reads.
@@ -137,12 +138,26 @@ SETTINGS = {
 }
 DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items()}
 
-# What each script reads, for its --help.
+# Settings with a fixed set of values, and numbers with a floor: checked in parse(), so a
+# typo fails in the first second, not after an hour of judging.
+CHOICES = dict(backend=("auto", "cuda", "cpu"), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
+               grad_ckpt=("auto", "on", "off"), sampler=("auto", "hf"), exemplars=("bucket", "random"),
+               baseline=("eager", "compile"), what=("throughput", "stability", "all", "gpus", "sandbox", "policy"))
+AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_runs", "tiny_dim", "tiny_layers",
+                "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",
+                "epochs", "batch_size", "grad_accum", "ckpt_every", "log_every", "st_epochs", "crl_steps",
+                "crl_tasks_per_step", "crl_samples", "crl_micro_batch", "ppo_epochs", "crl_ckpt_every",
+                "dump_every", "bench_prompts")
+ABOVE_ZERO = ("compile_timeout", "run_timeout", "call_timeout", "call_timeout_factor", "round_seconds",
+              "teacher_timeout", "lr", "st_lr", "crl_lr", "bucket_width", "tau", "top_p", "reward_clip")
+
+# What each script reads, for its --help and for refusing settings it would ignore.
 STAGE1 = ("run", "evaluator", "model", "sft")
 STAGE2 = STAGE1 + ("selftrain",)
 STAGE3 = STAGE2 + ("crl", "exemplars")
 EVALUATE = ("run", "evaluator", "model", "evaluate", "exemplars")
 BENCH = ("run", "evaluator", "model", "crl", "bench")
+SCRIPTS = {"sft.py": STAGE1, "selftrain.py": STAGE2, "crl.py": STAGE3, "evaluate.py": EVALUATE, "bench.py": BENCH}
 
 PRESETS = {
     # The offline default: tiny built-in model, built-in suite, backend picked from the machine.
@@ -187,8 +202,10 @@ def _convert(key, text, default):
         raise ValueError(f"--{key} wants a {type(default).__name__}, got {text!r}") from None
 
 
-def parse(argv, defaults=DEFAULTS):
-    """argv (without the program name) -> config dict. Raises ValueError on bad input."""
+def parse(argv, defaults=DEFAULTS, sections=None):
+    """argv (without the program name) -> config dict. Raises ValueError on bad input.
+    sections: the setting groups the calling script reads; a setting outside them would be
+    silently ignored, so it is refused, naming the scripts that do read it."""
     cfg = dict(defaults)
     pairs, i = [], 0
     while i < len(argv):
@@ -201,7 +218,7 @@ def parse(argv, defaults=DEFAULTS):
             nxt = argv[i + 1] if i + 1 < len(argv) else None
             if isinstance(defaults.get(key), bool) and (nxt is None or nxt.startswith("--")):
                 val = "true"
-            elif nxt is None:
+            elif nxt is None or (nxt.startswith("--") and key in defaults):
                 raise ValueError(f"--{key} needs a value")
             else:
                 val, i = nxt, i + 1
@@ -212,6 +229,9 @@ def parse(argv, defaults=DEFAULTS):
             near = difflib.get_close_matches(key, list(defaults), n=1)
             hint = f" (did you mean --{near[0]}?)" if near else ""
             raise ValueError(f"unknown setting --{key}{hint}")
+        if sections is not None and key != "config" and key not in read_by(sections):
+            users = [name for name, secs in SCRIPTS.items() if key in read_by(secs)]
+            raise ValueError(f"--{key} is not a setting of this script (read by {', '.join(users)})")
     preset = dict(pairs).get("config")
     if preset is not None:
         if preset not in PRESETS:
@@ -221,24 +241,66 @@ def parse(argv, defaults=DEFAULTS):
         if key != "config":
             cfg[key] = _convert(key, val, defaults[key])
     cfg["config"] = preset or "default"
+    check(cfg)
     return cfg
+
+
+def read_by(sections):
+    return {k for name in sections for k in SETTINGS[name][1]}
+
+
+def check(cfg):
+    """Raise ValueError, one line, for a value no script could use."""
+    for key, allowed in CHOICES.items():
+        ok = cfg[key] in allowed or (key == "device" and re.fullmatch(r"cuda:\d+", cfg[key]))
+        if not ok:
+            raise ValueError(f"--{key} is {' | '.join(allowed)}, not {cfg[key]!r}")
+    for key, value in cfg.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        floor = 1 if key in AT_LEAST_ONE else 0
+        if value < floor or (key in ABOVE_ZERO and value <= 0):
+            raise ValueError(f"--{key} must be {'above 0' if key in ABOVE_ZERO else f'at least {floor}'}, "
+                             f"not {value}")
+    if cfg["check_seeds"] < 2:
+        raise ValueError("--check_seeds must be at least 2 (a candidate must be right for two sets of weights)")
+    if cfg["max_rounds"] < cfg["timing_rounds"] or cfg["max_runs"] < cfg["min_runs"]:
+        raise ValueError("--max_rounds must be at least --timing_rounds, and --max_runs at least --min_runs")
+    if not 0 < cfg["top_p"] <= 1:
+        raise ValueError(f"--top_p must be in (0, 1], not {cfg['top_p']}")
 
 
 # `--config NAME` is a setting like any other, so unknown-key checks accept it.
 DEFAULTS["config"] = "default"
 
 
-def usage(doc, sections):
-    """A script's --help: its docstring, then the settings it reads with their defaults."""
+def usage(doc, sections, preset=None):
+    """A script's --help: its docstring, then the settings it reads with their values (the
+    defaults, or with --config NAME before --help, that preset's values, marked)."""
+    values = dict(DEFAULTS, **PRESETS.get(preset, {}))
     lines = [doc.strip(), "", f"Settings: --key=value (or --key value; a bare --flag for true). "
              f"--config NAME starts from a preset: {', '.join(PRESETS)}."]
+    if preset in PRESETS:
+        lines.append(f"Values shown are those of preset {preset}; the ones it sets are marked (preset).")
     for name in sections:
         title, group = SETTINGS[name]
         lines += ["", title + ":"]
-        for key, (default, meaning) in group.items():
-            shown = f"--{key}={json.dumps(default) if isinstance(default, str) else str(default).lower()}"
+        for key, (_, meaning) in group.items():
+            v = values[key]
+            shown = f"--{key}={json.dumps(v) if isinstance(v, str) else str(v).lower()}"
+            meaning += " (preset)" if key in PRESETS.get(preset, {}) else ""
             lines.append(f"  {shown:30s} {meaning}" if len(shown) < 31 else f"  {shown}\n  {'':30s} {meaning}")
     return "\n".join(lines)
+
+
+def _preset_in(argv):
+    """The --config NAME in argv, if any (for --help, which parses nothing else)."""
+    for i, a in enumerate(argv):
+        if a.startswith("--config="):
+            return a.split("=", 1)[1]
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
 
 
 def cli(run, argv, prog, doc, sections, resumable=True):
@@ -247,10 +309,10 @@ def cli(run, argv, prog, doc, sections, resumable=True):
     import sys
     argv = sys.argv[1:] if argv is None else argv
     if "--help" in argv or "-h" in argv:
-        print(usage(doc, sections))
+        print(usage(doc, sections, _preset_in(argv)))
         return None
     try:
-        return run(parse(argv))
+        return run(parse(argv, sections=sections))
     except (ValueError, FileNotFoundError) as e:  # taskset.TaskError is a ValueError
         sys.exit(f"{prog}: {e}")
     except KeyboardInterrupt:  # checkpoints and logs already on disk stay; workers are stopped

@@ -54,6 +54,7 @@ class Run:
     rank: int
     world: int
     out: str
+    set_aside: set      # tasks whose output never changes with the input: out of the numbers
 
 
 def judge_samples(ev, db, tasks_and_codes, step, origin):
@@ -112,8 +113,22 @@ def step_tasks(tasks, step, per_step, seed):
     return [tasks[i] for i in order[k * per_step:(k + 1) * per_step]] if per_step < len(tasks) else list(tasks)
 
 
-def plot_curves(log_path, png_path):
-    """Training curves as a PNG, when matplotlib is installed (an optional dependency)."""
+def passes(log, pass_len):
+    """Log rows -> one record per pass (pass_steps) over the tasks: (first step, last step,
+    success rate, mean speedup with failures as 0), over the tasks not set aside. A single
+    step covers only some tasks, so its numbers jump with which tasks it drew."""
+    out = []
+    for i in range(0, len(log), pass_len):
+        rows = log[i:i + pass_len]
+        rw = [x for r in rows for t, xs in r.get("tasks", {}).items() if t not in r.get("set_aside", []) for x in xs]
+        if rw:
+            out.append((rows[0]["step"], rows[-1]["step"], sum(x > 0 for x in rw) / len(rw), sum(rw) / len(rw)))
+    return out
+
+
+def plot_curves(log_path, png_path, pass_len):
+    """Training curves as a PNG, when matplotlib is installed (an optional dependency):
+    each step faint, each full pass over the tasks bold; success on a fixed 0-1 axis."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -121,16 +136,30 @@ def plot_curves(log_path, png_path):
     except ImportError:
         return False
     rows = common.read_jsonl(log_path)
+    per_pass = passes(rows, pass_len)
     keys = ["success_rate", "mean_speedup", "reward_std", "kl", "clip_frac", "skipped_groups"]
     fig, axes = plt.subplots(2, 3, figsize=(12, 6))
     for ax, k in zip(axes.flat, keys):
-        ax.plot([r["step"] for r in rows], [r[k] for r in rows])
-        ax.set_title(k)
+        ax.plot([r["step"] for r in rows], [r[k] for r in rows], color="tab:blue", alpha=0.35, label="step")
+        if k in ("success_rate", "mean_speedup") and per_pass:
+            col = 2 if k == "success_rate" else 3
+            ax.plot([p[1] for p in per_pass], [p[col] for p in per_pass], "o-", color="tab:blue", lw=2,
+                    label=f"pass over the tasks ({pass_len} steps)")
+            ax.legend(fontsize=7)
+        if k == "success_rate":
+            ax.set_ylim(0, 1.02)
+        ax.set_title(k + (" (failures as 0)" if k == "mean_speedup" else ""))
         ax.set_xlabel("step")
     fig.tight_layout()
     fig.savefig(png_path)
     plt.close(fig)
     return True
+
+
+def pass_steps(tasks, per_step):
+    """Steps that draw as many prompts as there are tasks: the window the curves and the
+    closing report average over."""
+    return -(-len(tasks) // per_step)
 
 
 # ----------------------------------------------------------------------------------------
@@ -152,8 +181,10 @@ def run_earlier_stages(cfg, rank=0):
 
 def run(cfg):
     rank, world, cfg = common.dist_setup(cfg)
-    if cfg["exemplars"] not in ("bucket", "random"):
-        raise ValueError(f"--exemplars is bucket or random, not {cfg['exemplars']!r}")
+    if cfg["init_from"]:
+        policy.preflight(cfg, [cfg["init_from"]])
+    else:  # the earlier stages may run first: their teachers and model are checked now, not in an hour
+        sft.preflight(cfg)
     start_from = cfg["init_from"] or run_earlier_stages(cfg, rank)
     # Stage 3 samples (and scores log-probs) at its own temperature: a group whose G samples
     # are all the same variant has zero spread and teaches nothing. (Stages 1-2 above keep
@@ -166,6 +197,9 @@ def run(cfg):
         model, tok, state = policy.load_checkpoint(out, cfg)
         if state["step"] >= cfg["crl_steps"]:
             print(f"crl: {out} has run its {state['step']} steps (raise --crl_steps to go on, or delete it)")
+            if rank == 0:
+                report(cfg, out, exemplars.Database(os.path.join(out, "db.jsonl"), repair=False),
+                       taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"]), start_from)
             common.dist_teardown()
             return out
         print(f"crl: resuming after step {state['step']}")
@@ -190,27 +224,30 @@ def run(cfg):
         if state["step"] == 0 and not (state.get("extra") or {}).get("seeded"):
             seed_database(cfg, db, ev, tasks, rank, world)
         smp = sampler.Sampler(policy.unwrap(model), cfg)
-        r = Run(cfg, model, smp, ref_logprobs, opt, tok, tasks, db, ev, rank, world, out)
-        step = state["step"]
+        set_aside = {row["task"] for row in db.rows if "input_independent" in (row.get("flags") or [])}
+        r = Run(cfg, model, smp, ref_logprobs, opt, tok, tasks, db, ev, rank, world, out, set_aside)
+        step = first = state["step"]
+        pass_len = pass_steps(tasks, cfg["crl_tasks_per_step"])
         try:
             while step < cfg["crl_steps"]:
                 step += 1
                 rec = one_step(r, step)
                 if rank == 0:
                     common.append_jsonl(os.path.join(out, "log.jsonl"), [rec])
-                    print(" | ".join(f"{k} {v}" for k, v in rec.items() if k != "ranks"), flush=True)
+                    print(" | ".join(f"{k} {v}" for k, v in rec.items() if k not in ("ranks", "tasks", "set_aside")),
+                          flush=True)
                 if step % cfg["crl_ckpt_every"] == 0 or step == cfg["crl_steps"]:
                     # every rank takes part (FSDP2 gathers the shards); rank 0 writes
                     policy.save_checkpoint(out, model, tok, opt, step, cfg, dict(seeded=True), write=rank == 0)
                     if rank == 0:
-                        plot_curves(os.path.join(out, "log.jsonl"), os.path.join(out, "curves.png"))
+                        plot_curves(os.path.join(out, "log.jsonl"), os.path.join(out, "curves.png"), pass_len)
                 common.barrier(world)
         except KeyboardInterrupt:
             sys.exit(f"\ncrl: interrupted in step {step}; the last checkpoint and the database are in {out}; "
                      f"run the same command to resume")
     if rank == 0:
-        summarize_db(db, tasks)
-        print(f"crl: {step} steps in {time.time() - t_start:.0f} s; checkpoint, database and logs in {out}")
+        print(f"crl: {step - first} steps in {time.time() - t_start:.0f} s" + (f" (after {first} before)" * (first > 0)))
+        report(cfg, out, db, tasks, start_from)
     common.dist_teardown()
     return out
 
@@ -230,7 +267,7 @@ def one_step(r, step):
     rows = judge_samples(r.ev, r.db, [(t, p.code) for (t, _), p in zip(flat, parsed)], step, "crl")
     new = [row for part in common.all_gather([dict(row, new=False) for row in rows if row and row["new"]], r.world)
            for row in part]
-    r.db.add(new, write=r.rank == 0)
+    added = r.db.add(new, write=r.rank == 0)  # a variant sampled twice in a step is one new variant
     t2 = time.time()
     rewards = [row["speedup"] if row and row["status"] == "ok" else 0.0 for row in rows]
     adv = grpo.group_advantages([rewards[g * G:(g + 1) * G] for g in range(len(mine))],
@@ -245,13 +282,20 @@ def one_step(r, step):
                      speedup=rw, sections=prompts.sections_present(s.text))
                 for (t, s), p, row, rw, ex in zip(flat, parsed, rows, rewards, [e for e in shown for _ in range(G)])]
         common.write_jsonl(os.path.join(r.out, "samples", f"step_{step}_rank{r.rank}.jsonl"), dump)
-    every = common.all_gather(dict(rewards=rewards, gen_tok=sum(len(s.ids) for _, s in flat), skipped=skipped,
+    r.set_aside |= {row["task"] for row in rows if row and "input_independent" in (row.get("flags") or [])}
+    by_task = {}
+    for (t, _), x in zip(flat, rewards):
+        by_task.setdefault(t.name, []).append(x)
+    every = common.all_gather(dict(rewards=rewards, by_task=by_task, set_aside=sorted(r.set_aside), gen_tok=sum(len(s.ids) for _, s in flat), skipped=skipped,
                                    groups=len(mine), db=len(r.db.rows),
                                    params=param_checksum(r.model) if r.world > 1 else 0.0), r.world)
     # the invariants of data parallelism: one database, one set of weights on every rank
     if len({(e["db"], e["params"]) for e in every}) > 1:
         raise RuntimeError(f"ranks disagree after step {step}: {[(e['db'], e['params']) for e in every]}")
-    rw = [x for e in every for x in e["rewards"]]
+    set_aside = sorted({t for e in every for t in e["set_aside"]})
+    by_task = {t: xs for e in every for t, xs in e["by_task"].items()}
+    # the headline numbers leave set-aside tasks out, as evaluate.py does
+    rw = [x for t, xs in by_task.items() if t not in set_aside for x in xs]
     okr = [x for x in rw if x > 0]
     n = max(1, len(rw))
     mean = sum(rw) / n
@@ -261,7 +305,7 @@ def one_step(r, step):
                 kl=round(st["kl"] / max(1.0, st["tokens"]), 5), kl_old=round(st["kl_old"] / max(1.0, st["tokens"]), 5),
                 clip_frac=round(st["clipped"] / max(1.0, st["tokens"]), 4),
                 skipped_groups=sum(e["skipped"] for e in every), groups=sum(e["groups"] for e in every),
-                new_variants=len(new), db_size=len(r.db.rows),
+                new_variants=len(added), db_size=len(r.db.rows), tasks=by_task, set_aside=set_aside,
                 ranks=[[e["db"], e["params"]] for e in every],  # (database rows, weight checksum) per rank
                 tok_s=round(sum(e["gen_tok"] for e in every) / max(1e-9, t1 - t0)),
                 gen_s=round(t1 - t0, 1), eval_s=round(t2 - t1, 1), update_s=round(t3 - t2, 1))
@@ -276,15 +320,63 @@ def param_checksum(model):
         return float(sum(p.double().sum() for p in model.parameters()))
 
 
-def summarize_db(db, tasks):
-    """Best measured variant per task, by where it came from."""
-    print(f"\n{'task':26s} {'best speedup':>12s}  found in")
-    for t in tasks:
-        rows = db.successes(t.name)
-        if rows:
-            best = max(rows, key=lambda r: r["speedup"])
-            flag = " (input_independent)" if "input_independent" in (best.get("flags") or []) else ""
-            print(f"{t.name:26s} {best['speedup']:11.2f}x  {best['origin']} step {best['step']}{flag}")
+def report(cfg, out, db, tasks, start_from):
+    """The run's closing block: where everything is, what Stage 1 kept against what Stage 3's
+    policy sampled on the same tasks (set-aside tasks apart, as evaluate.py does), and the
+    command that compares the checkpoints on equal terms."""
+    log = common.read_jsonl(os.path.join(out, "log.jsonl")) if os.path.exists(os.path.join(out, "log.jsonl")) else []
+    pass_len = pass_steps(tasks, cfg["crl_tasks_per_step"])
+    set_aside = sorted({t for rec in log for t in rec.get("set_aside", [])} |
+                       {r["task"] for r in db.rows if "input_independent" in (r.get("flags") or [])})
+    names = [t.name for t in tasks if t.name not in set_aside]
+    first, last = log[:pass_len], log[-pass_len:] if len(log) >= 2 * pass_len else None
+
+    def mean_of(recs, name):  # a task's mean reward over its samples in those steps (failures 0)
+        xs = [x for rec in recs for x in rec.get("tasks", {}).get(name, [])]
+        return sum(xs) / len(xs) if xs else None
+
+    def best_of(name, origins):
+        xs = [r["speedup"] for r in db.successes(name) if r["origin"] in origins]
+        return max(xs) if xs else None
+
+    sampled = {n: max([x for rec in log for x in rec.get("tasks", {}).get(n, [])], default=None) for n in names}
+    cols = [("Stage 1 best", {n: best_of(n, ("sft",)) for n in names}),
+            ("Stage 3 pass 1", {n: mean_of(first, n) for n in names}),
+            ("Stage 3 last pass", {n: mean_of(last, n) for n in names} if last is not None else None),
+            ("Stage 3 best", sampled)]
+    cols = [(title, vals) for title, vals in cols if vals is not None]
+    print(f"\ncrl: results, speedup over the reference (x; failures as 0) on {len(names)} tasks")
+    print(f"  {'task':26s}" + "".join(f" {title:>17s}" for title, _ in cols))
+    for n in names:
+        print(f"  {n[:26]:26s}" + "".join(f" {fmt(vals[n]):>17s}" for _, vals in cols))
+    means = [[v for v in vals.values() if v is not None] for _, vals in cols]
+    print(f"  {'mean over tasks':26s}" + "".join(f" {fmt(sum(m) / len(m) if m else None):>17s}" for m in means))
+    print("  Stage 1 best: the fastest teacher variant Stage 1 kept (timed when Stage 3 began). Stage 3 pass 1 and "
+          f"last pass:\n  the mean over what the policy sampled in its first and last {pass_len} step(s) (as many "
+          "prompts as tasks; - where a task\n  drew none); Stage 3 best: the fastest sample it drew.")
+    if set_aside:
+        print(f"  set aside (output never changes with the input; not in the numbers): {', '.join(set_aside)}")
+    stages = [d for d in (common.stage_dir(cfg, s) for s in ("sft", "selftrain")) if policy.has_checkpoint(d)]
+    cks = list(dict.fromkeys(["base", *stages, start_from, out]))
+    # what evaluate.py needs to rebuild the same tasks and the same base model
+    preset = dict(config.DEFAULTS, **config.PRESETS.get(cfg["config"], {}))
+    extra = "".join(f" --{k}={cfg[k]}" for k in ("tasks", "only", "model", "tiny_dim", "tiny_layers", "tiny_heads",
+                                                  "tiny_vocab", "max_new_tokens") if cfg[k] != preset[k])
+    print(f"\n  files: {out}/log.jsonl (a line per step), {out}/curves.png"
+          f"{'' if curves_available() else ' (not drawn: pip install matplotlib)'}, {out}/db.jsonl (every variant "
+          f"judged), {out}/samples/ (raw rollouts)")
+    print(f"  checkpoints: {', '.join(c for c in cks if c != 'base')}")
+    print(f"  compare the checkpoints on the same tasks, k samples each (base = the starting model):\n"
+          f"    python evaluate.py --config {cfg['config']}{extra} --samples 4 --checkpoint {','.join(cks)}")
+
+
+def fmt(x):
+    return "-" if x is None else f"{x:.2f}"
+
+
+def curves_available():
+    import importlib.util
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def main(argv=None):

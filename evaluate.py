@@ -20,6 +20,7 @@ import json
 import math
 import os
 import random
+import re
 import time
 
 import common
@@ -68,15 +69,55 @@ def _fmt(x, spec=".2f"):
     return "-" if x is None else format(x, spec)
 
 
+def shown(name):
+    """A solution's name as the table shows it: a file whole, relative to the current folder
+    (absolute where that is shorter than climbing out with ../); records and samples as named."""
+    if not os.path.exists(name):
+        return name
+    rel, full = os.path.relpath(name), os.path.abspath(name)
+    return rel if len(rel) <= len(full) else full
+
+
 def print_table(verdicts):
     rows = [("task", "solution", "status", "reason", "speedup", "ref ms", "new ms", "spread", "err")]
     for v in verdicts:
-        rows.append((v.task[:28], os.path.relpath(v.solution)[-34:] if os.path.exists(v.solution) else v.solution[-34:],
+        rows.append((v.task[:28], shown(v.solution),
                      v.status, v.reason, _fmt(v.speedup if v.ok else None), _fmt(v.ref_ms, ".3f"),
                      _fmt(v.new_ms, ".3f"), _fmt(v.spread, ".3f"), _fmt(v.max_err, ".1e")))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+
+
+# lines of a build log that name no error of the candidate's: the build's own framing
+_NOT_THE_ERROR = re.compile(r"Error building extension|ninja: build stopped|^\d+ errors? (detected|generated)|"
+                            r"^\[\.\.\.\]$")
+
+
+def error_lines(v, n=3):
+    """A failed build's first n compiler error lines, with the build folder's path cut from
+    file names (it is long and the same for all); a log with no error line gives its first
+    lines, and no log the message (syntax errors say where there)."""
+    lines = [l.strip() for l in v.log.splitlines() if l.strip() and not _NOT_THE_ERROR.search(l.strip())]
+    errs = [l for l in lines if re.search(r"\berror\b|undefined (reference|symbol)", l, re.I)] or lines
+    errs = [re.sub(r"\S*/([^/\s]+(:\d+|\(\d+\)))", r"\1", l) for l in errs] or [v.message]
+    return [l if len(l) <= 200 else l[:199] + "…" for l in dict.fromkeys(errs)][:n]
+
+
+def print_build_errors(verdicts, most=20):
+    """Under the table, why each build failed: the table says only compile_error."""
+    failed = [v for v in verdicts
+              if v.status == "compile_error" and (v.log or v.reason in ("syntax_error", "link_error"))]
+    if not failed:
+        return
+    print("\ncompile errors (first lines; whole logs under 'log' in the results file):")
+    for v in failed[:most]:
+        first, *rest = error_lines(v)
+        print(f"  {v.task} {shown(v.solution)}: {first}")
+        for l in rest:
+            print(f"      {l}")
+    if len(failed) > most:
+        print(f"  ... and {len(failed) - most} more")
 
 
 def print_summary(s, title):
@@ -92,6 +133,7 @@ def print_summary(s, title):
 def report(verdicts):
     """Per-candidate table, then summaries; tasks flagged input_independent apart."""
     print_table(verdicts)
+    print_build_errors(verdicts)
     main = [v for v in verdicts if "input_independent" not in v.flags]
     flagged = [v for v in verdicts if "input_independent" in v.flags]
     out = {"all": summarize(main)}
@@ -216,16 +258,69 @@ def model_mode(cfg, tasks, ev, rank, world):
     return verdicts, summary, samples
 
 
+def backend_why(cfg, backend):
+    """Why this machine runs `backend` (kernels.pick_backend's choice), for error messages."""
+    if cfg["backend"] != "auto":
+        return f"--backend={cfg['backend']}"
+    import torch
+    if backend == "cuda":
+        return "a CUDA GPU and nvcc found"
+    return "nvcc not on PATH" if torch.cuda.is_available() else "no CUDA GPU"
+
+
+def nothing_to_evaluate(p, cfg, backend, tasks):
+    """Why pair_up left no pairs (p, a taskset.Pairing) and what to do: each solution was
+    written for the other backend or matched none of `tasks`."""
+    parts, todo = [], []
+    if p.other_backend:
+        k = len(p.other_backend)
+        wrote = " and ".join(sorted({taskset.solution_backend(s.code) for _, s in p.other_backend}))
+        seeds = os.path.relpath(os.path.join(taskset.BUILTIN_TASKS, "seeds", backend))
+        parts.append((k, f"{'is' if k == 1 else 'are'} written for {wrote} and this machine runs backend {backend} "
+                         f"({backend_why(cfg, backend)})"))
+        todo.append(f"give solutions written for {backend} (the built-in tasks' are in {seeds})")
+        if backend == "cuda":
+            todo.append("run them with --backend=cpu")
+        elif cfg["backend"] == "auto":
+            todo.append("run on a machine with a CUDA GPU and nvcc")
+        else:
+            todo.append("drop --backend=cpu (on a machine with a CUDA GPU and nvcc)")
+    if p.unmatched:
+        k, names = len(p.unmatched), ", ".join(t.name for t in tasks[:8]) + (", ..." if len(tasks) > 8 else "")
+        where = f"of --tasks {cfg['tasks']}" if tasks else "as they carry no ref_code and no --tasks was given"
+        parts.append((k, f"{'matches' if k == 1 else 'match'} no task {where} (e.g. {shown(p.unmatched[0].name)})"))
+        todo.append("name solutions after their task: a folder gelu/, a file gelu_*.py, or KernelBench ids "
+                    "level1/19_*.py" + (f" (tasks: {names})" if tasks else ""))
+    if not parts:
+        return "nothing to evaluate"
+    if len(parts) == 1:
+        n = parts[0][0]
+        why = f"{'the one solution' if n == 1 else f'all {n} solutions'} {parts[0][1]}"
+    else:
+        why = "no solution can run here: " + "; ".join(f"{k} {text}" for k, text in parts)
+    return f"{why}: {', or '.join(todo)}"
+
+
 def run(cfg):
     rank, world, cfg = common.dist_setup(cfg)  # under torchrun: one GPU and a share of the cores per rank
     t0 = time.time()
     all_tasks = taskset.load_tasks(cfg["tasks"])
     tasks = taskset.select(all_tasks, cfg["only"])
     solutions = taskset.load_solutions(cfg["solutions"]) if cfg["solutions"] else []
-    for ck in cfg["checkpoint"].split(",") if cfg["samples"] and cfg["checkpoint"] else []:
-        if ck.strip() not in ("", "base"):  # every checkpoint named must exist before any sampling starts
-            policy.check_model_path(ck.strip())
+    if cfg["samples"]:  # every model named must load, and the device must exist, before any sampling starts
+        cks = [ck.strip() for ck in cfg["checkpoint"].split(",")] if cfg["checkpoint"] else ["base"]
+        policy.preflight(cfg, [cfg["model"] if ck in ("", "base") else ck for ck in cks])
+    if cfg["exemplars_db"] and not cfg["samples"]:
+        raise ValueError("--exemplars_db shows exemplars in model-mode prompts: it needs --samples k")
+    if cfg["exemplars_db"] and not os.path.isfile(cfg["exemplars_db"]):
+        raise FileNotFoundError(f"--exemplars_db {cfg['exemplars_db']}: no such file (crl.py writes "
+                                f"out/<config>/crl/db.jsonl)")
     if not cfg["reference_only"] and not solutions and not cfg["samples"]:
+        if cfg["solutions"]:  # a .py is always one solution: this is a folder or a .jsonl/.json
+            raise ValueError(f"{cfg['solutions']} holds no solutions: " + (
+                "it has no records" if os.path.isfile(cfg["solutions"]) else
+                "it has no .py files (solutions are .py files defining ModelNew, in it or its subfolders, "
+                "named after their task: gelu/fast.py, gelu_fast.py, level1/19_GELU.py)"))
         raise ValueError("give --solutions (a .py, a folder or a .jsonl), --samples k (model mode), "
                          "or --reference_only")
     samples = None
@@ -247,11 +342,11 @@ def run(cfg):
             own = cfg["tasks"] == "builtin" and any(s.ref_code for s in solutions)
             p = taskset.pair_up([] if own else all_tasks, solutions, cfg["only"], ev.backend)
             if p.unmatched:
-                print(f"{len(p.unmatched)} solution(s) match no task, skipped (e.g. {p.unmatched[0].name})")
+                print(f"{len(p.unmatched)} solution(s) match no task, skipped (e.g. {shown(p.unmatched[0].name)})")
             if p.other_backend:
                 print(f"{len(p.other_backend)} solution(s) written for another backend than {ev.backend}, skipped")
             if not p.pairs:
-                raise ValueError("nothing to evaluate")
+                raise ValueError(nothing_to_evaluate(p, cfg, ev.backend, [] if own else all_tasks))
             verdicts = sharded(ev.evaluate, p.pairs, rank, world)
             if rank == 0:
                 print()

@@ -13,10 +13,12 @@ decoder configured from scratch (a few million parameters) and a byte-level BPE 
 trained on the project's own corpus (tasks, seed solutions, rendered prompts), saved with
 save_pretrained so AutoModelForCausalLM / AutoTokenizer load it like any other model.
 """
+import contextlib
 import glob
 import json
 import os
 import random
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,10 +127,51 @@ def hub_name(path):
 
 
 def check_model_path(path):
-    """Raise FileNotFoundError for a local path that is not a folder. A hub name passes:
-    from_pretrained looks for it in the hub cache."""
-    if not hub_name(path) and not os.path.isdir(os.path.expanduser(path)):
-        raise FileNotFoundError(f"{path}: no such checkpoint or model folder")
+    """Raise FileNotFoundError, one line, for a model that cannot be loaded here: a local
+    path that is not a folder, or a hub name that is not in the Hugging Face cache while the
+    hub cannot be reached (from_pretrained would retry for most of a minute, then print a
+    traceback about the hub)."""
+    if not path or path.startswith("random:"):
+        return
+    if not hub_name(path):
+        if not os.path.isdir(os.path.expanduser(path)):
+            raise FileNotFoundError(f"{path}: no such checkpoint or model folder")
+        return
+    from huggingface_hub import try_to_load_from_cache
+    if isinstance(try_to_load_from_cache(path, "config.json"), str):
+        return
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    if offline or not _hub_reachable():
+        raise FileNotFoundError(
+            f"{path}: not a local folder and not in the Hugging Face cache, and the hub cannot be reached "
+            f"from here; download it where there is a network (huggingface-cli download {path}) or give a local folder")
+
+
+def _hub_reachable(seconds=3.0):
+    import socket
+    from urllib.parse import urlparse
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    try:
+        socket.create_connection((host, 443), timeout=seconds).close()
+        return True
+    except OSError:
+        return False
+
+
+def preflight(cfg, paths=()):
+    """What the policy needs, checked before any work starts, one line each: the device, the
+    optional package LoRA needs, and every model or checkpoint the run will load."""
+    if cfg["device"].startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {cfg['device']}: no CUDA GPU is visible here (use --device auto or cpu)")
+    local = [p for p in paths if p and not p.startswith("random:") and not hub_name(p)]
+    if cfg["lora_rank"] > 0 or any(adapter_base(p) for p in local if os.path.isdir(os.path.expanduser(p))):
+        try:
+            import peft  # noqa: F401
+        except ImportError:
+            raise ValueError("LoRA (--lora_rank, or a LoRA checkpoint) needs peft: "
+                             "pip install -r requirements.txt") from None
+    for p in paths:
+        check_model_path(p)
 
 
 def load(cfg, path=None, train=False):
@@ -170,14 +213,17 @@ def load(cfg, path=None, train=False):
     model = model.to(dev)
     if adapter:
         from peft import PeftModel
-        model = PeftModel.from_pretrained(model, path, is_trainable=lora)
+        with _quiet_peft():
+            model = PeftModel.from_pretrained(model, path, is_trainable=lora)
         if not lora:  # inference (or full fine-tuning from a LoRA stage): plain weights
             model = model.merge_and_unload()
     elif lora:
         from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(
-            r=cfg["lora_rank"], lora_alpha=cfg["lora_alpha"] or 2 * cfg["lora_rank"], lora_dropout=0.0,
-            target_modules=[m.strip() for m in cfg["lora_targets"].split(",") if m.strip()], task_type="CAUSAL_LM"))
+        with _quiet_peft():
+            model = get_peft_model(model, LoraConfig(
+                r=cfg["lora_rank"], lora_alpha=cfg["lora_alpha"] or 2 * cfg["lora_rank"], lora_dropout=0.0,
+                target_modules=[m.strip() for m in cfg["lora_targets"].split(",") if m.strip()],
+                task_type="CAUSAL_LM"))
     if cfg["grad_ckpt"] not in ("auto", "on", "off"):
         raise ValueError(f"--grad_ckpt is auto, on or off, not {cfg['grad_ckpt']!r}")
     if train and (cfg["grad_ckpt"] == "on" or (cfg["grad_ckpt"] == "auto" and count_params(model) > 1e8)):
@@ -188,6 +234,15 @@ def load(cfg, path=None, train=False):
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
     return model, tok
+
+
+@contextlib.contextmanager
+def _quiet_peft():
+    """peft reads transformers' deprecated `is_gradient_checkpointing` while wrapping a model,
+    which prints a FutureWarning meant for peft's authors, not for our users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        yield
 
 
 def adapter_base(path):
@@ -213,7 +268,6 @@ def reference(cfg, model, start_from):
         ref, _ = load(cfg, start_from)
         ref.eval().requires_grad_(False)
         return lambda ids, mask, temp: completion_logprobs(ref, ids, mask, temp)
-    import contextlib
     if start_from and adapter_base(start_from):
         model.load_adapter(start_from, adapter_name="reference", is_trainable=False)
 

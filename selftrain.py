@@ -70,6 +70,7 @@ def run(cfg):
     if finished:
         return out
     start_from = cfg["init_from"] or common.stage_dir(cfg, "sft")
+    policy.preflight(cfg, [cfg["init_from"]] if cfg["init_from"] else [])
     if policy.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
         if rank == 0:

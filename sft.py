@@ -134,7 +134,8 @@ def openai_teacher(base_url, tasks, cfg, backend):
 TEACHERS = dict(builtin=builtin_teacher, file=file_teacher, hf=hf_teacher, openai=openai_teacher)
 
 
-def teacher_stream(spec, tasks, cfg, backend):
+def check_teacher(spec, cfg):
+    """Raise ValueError, one line, for a teacher that cannot answer -> (kind, arg)."""
     kind, _, arg = spec.partition(":")
     if kind not in TEACHERS or (kind != "builtin") != bool(arg):
         raise ValueError(f"unknown teacher {spec!r} (builtin, file:<jsonl or folder>, hf:<path or name>, "
@@ -143,6 +144,24 @@ def teacher_stream(spec, tasks, cfg, backend):
         raise ValueError("openai: teachers need --teacher_model")
     if kind == "file" and not os.path.exists(arg):
         raise ValueError(f"teacher {spec}: no such file or folder")
+    if kind == "hf":
+        policy.check_model_path(arg)
+    return kind, arg
+
+
+def teacher_specs(cfg):
+    return [s.strip() for s in cfg["teachers"].split(",") if s.strip()]
+
+
+def preflight(cfg):
+    """Everything Stage 1 will need, checked before any work: teachers, device, model."""
+    for spec in teacher_specs(cfg):
+        check_teacher(spec, cfg)
+    policy.preflight(cfg, [cfg["init_from"] or cfg["model"]])
+
+
+def teacher_stream(spec, tasks, cfg, backend):
+    kind, arg = check_teacher(spec, cfg)
     return TEACHERS[kind](*((tasks,) if kind == "builtin" else (arg, tasks)), cfg, backend)
 
 
@@ -154,7 +173,7 @@ def build_dataset(cfg, tasks, ev, out):
     task per teacher. Every judged candidate goes to candidates.jsonl."""
     data = []
     with open(os.path.join(out, "candidates.jsonl"), "a") as log:
-        for spec in [s.strip() for s in cfg["teachers"].split(",") if s.strip()]:
+        for spec in teacher_specs(cfg):
             samples = list(teacher_stream(spec, tasks, cfg, ev.backend))
             counts, seen = {}, set()
             for (task, text), (p, v) in zip(samples, common.judge_responses(ev, samples, f"judging {spec}")):
@@ -307,6 +326,7 @@ def run(cfg):
     out, finished = common.start_stage(cfg, "sft", write_config=rank == 0)
     if finished:
         return out
+    preflight(cfg)
     torch.manual_seed(cfg["seed"])
     t0 = time.time()
     tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
@@ -317,9 +337,13 @@ def run(cfg):
             print(f"sft: dataset of {len(data)} examples from {data_path}")
     else:
         if rank == 0:
-            with kernels.Evaluator(cfg, time_candidates=False) as ev:
-                print(f"sft: judging teacher samples on backend {ev.backend} (correctness only)")
-                data = build_dataset(cfg, tasks, ev, out)
+            try:
+                with kernels.Evaluator(cfg, time_candidates=False) as ev:
+                    print(f"sft: judging teacher samples on backend {ev.backend} (correctness only)")
+                    data = build_dataset(cfg, tasks, ev, out)
+            except KeyboardInterrupt:  # the dataset is written whole or not at all: nothing to resume
+                sys.exit("\nsft.py: interrupted while judging teacher samples, before any dataset or checkpoint "
+                         "was written; the same command judges them again (builds come from the cache)")
             if cfg["sft_exemplars"]:
                 data = time_kept(cfg, data)
             if data:

@@ -10,6 +10,7 @@ import ast
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -82,10 +83,77 @@ def test_config_presets_and_overrides():
     (["--config=huge"], "unknown preset"),
     (["positional"], "unexpected argument"),
     (["--tasks"], "needs a value"),
+    (["--lr", "--crl_steps", "3"], "--lr needs a value"),
+    (["--device=gpu"], "--device is auto | cuda | cpu, not 'gpu'"),
+    (["--sampler=foo"], "--sampler is auto | hf"),
+    (["--samples=-1"], "--samples must be at least 0"),
+    (["--crl_samples=0"], "--crl_samples must be at least 1"),
+    (["--lr=0"], "--lr must be above 0"),
+    (["--check_seeds=1"], "at least 2"),
+    (["--top_p=1.5"], "top_p must be in"),
 ])
 def test_config_rejects_bad_input(argv, msg):
     with pytest.raises(ValueError, match=msg):
         config.parse(argv)
+
+
+def test_settings_a_script_does_not_read_are_refused():
+    """evaluate.py used to accept --lr and --crl_steps and ignore them."""
+    with pytest.raises(ValueError, match=r"--lr is not a setting of this script \(read by sft.py, selftrain.py, crl.py"):
+        config.parse(["--lr=1"], sections=config.EVALUATE)
+    with pytest.raises(ValueError, match=r"--crl_steps is not a setting .*crl.py, bench.py"):
+        config.parse(["--crl_steps", "3"], sections=config.EVALUATE)
+    assert config.parse(["--config=small"], sections=config.EVALUATE)["crl_steps"] == 20  # a preset may set any
+    r = subprocess.run([sys.executable, "evaluate.py", "--lr=1"], cwd=HERE, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "evaluate.py: --lr is not a setting of this script (read by sft.py, selftrain.py, crl.py)"], r.stderr
+
+
+def test_help_after_a_preset_shows_its_values(capsys):
+    import crl
+    crl.main(["--config", "small", "--help"])
+    text = capsys.readouterr().out
+    assert "--beta=0.04" in text and "--attempts=8" in text and "--max_new_tokens=256" in text
+    assert "those of preset small" in text and "--beta=0.0 " not in text
+    crl.main(["--help"])
+    assert "--beta=0.0 " in capsys.readouterr().out
+
+
+def test_policy_preflight_says_what_to_do(monkeypatch, tmp_path):
+    """Checked before any work: a hub name that is not cached while the hub is unreachable
+    (was 49 s of retries, then a traceback), a CUDA device on a machine without one, LoRA
+    without peft, a missing checkpoint folder."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    cfg = config.parse([])
+    t0 = time.time()
+    with pytest.raises(FileNotFoundError, match="nosuch/model: not a local folder and not in the Hugging Face cache"):
+        policy.preflight(cfg, ["nosuch/model"])
+    assert time.time() - t0 < 10
+    with pytest.raises(FileNotFoundError, match="no such checkpoint or model folder"):
+        policy.preflight(cfg, [str(tmp_path / "missing")])
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU is visible here"):
+            policy.preflight(config.parse(["--device=cuda"]), [])
+    monkeypatch.setitem(sys.modules, "peft", None)  # as if not installed
+    with pytest.raises(ValueError, match="needs peft: pip install -r requirements.txt"):
+        policy.preflight(config.parse(["--lora_rank=8"]), [""])
+    r = subprocess.run([sys.executable, "crl.py", "--config=small", "--model=nosuch/model", f"--out={tmp_path}"],
+                       cwd=HERE, capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    assert r.returncode == 1 and "crl.py: nosuch/model: not a local folder" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and not os.path.exists(tmp_path / "small")
+
+
+def test_requirements_list_every_package_a_documented_feature_imports():
+    """peft (LoRA, the qwen7b-lora preset) was missing: CI passed only where it had been
+    installed by hand. .ci/run builds a fresh environment from the README's steps."""
+    req = open(os.path.join(HERE, "requirements.txt")).read()
+    for pkg in ("torch", "transformers", "peft", "numpy", "tqdm", "pytest", "ninja"):
+        assert re.search(rf"^{pkg}\b", req, re.M), pkg
+    ci = open(os.path.join(HERE, ".ci", "run")).read()
+    assert "python3 -m venv" in ci and "pip install -q -r requirements.txt" in ci and "pytest test_all.py" in ci
+    assert "pip install -r requirements.txt" in open(os.path.join(HERE, "README.md")).read()
 
 
 SCRIPTS = {"sft": config.STAGE1, "selftrain": config.STAGE2, "crl": config.STAGE3, "evaluate": config.EVALUATE,
@@ -925,6 +993,90 @@ def test_reference_only_mode(cache, tasks):
     assert vs[0].ref_ms > 0 and "boom" in vs[1].message
 
 
+def test_report_shows_why_builds_failed_and_whole_paths(monkeypatch, capsys):
+    """The table says only compile_error: the first compiler error lines print under it (the
+    build's framing and folder paths left out), and solution paths print whole."""
+    inline = ("RuntimeError: Error building extension 'k': [1/2] c++ -Werror -c <redacted>/ext/k/main.cpp -o main.o\n"
+              "FAILED: [code=1] main.o\n<redacted>/ext/k/main.cpp: In function 'at::Tensor f(at::Tensor)':\n"
+              "<redacted>/ext/k/main.cpp:2:50: error: 'nope' was not declared in this scope\n"
+              "    2 | return x * nope;\nninja: build stopped: subcommand failed.\n")
+    nvcc = "".join(f"/tmp/b/kernel.cu({i}): error: problem {i}\n" for i in range(1, 5)) + \
+        '4 errors detected in the compilation of "kernel.cu".\n'
+    path = os.path.join(HERE, "tasks", "seeds", "cpu", "diag_matmul", "fast.py")
+    V = kernels.Verdict
+    vs = [V("gelu", "r.jsonl:1", "compile_error", "build_failed", "load_inline build failed", log=inline),
+          V("gelu", "r.jsonl:2", "compile_error", "build_failed", "compilation failed", log=nvcc),
+          V("gelu", "r.jsonl:3", "compile_error", "syntax_error", "syntax error at line 2: '(' was never closed"),
+          V("gelu", "r.jsonl:4", "compile_error", "no_code", "the solution has no code"),
+          V("diag_matmul", path, "ok", speedup=2.0, ref_ms=2.0, new_ms=1.0)]
+    monkeypatch.chdir(HERE)
+    evaluate.report(vs)
+    out = capsys.readouterr().out
+    assert "  gelu r.jsonl:1: main.cpp:2:50: error: 'nope' was not declared in this scope\n" in out, out
+    assert "  gelu r.jsonl:2: kernel.cu(1): error: problem 1\n      kernel.cu(2)" in out and "problem 4" not in out
+    assert "r.jsonl:3: syntax error at line 2" in out and "r.jsonl:4:" not in out and "ninja" not in out
+    assert " tasks/seeds/cpu/diag_matmul/fast.py " in out  # whole, not cut mid-word from the left
+    monkeypatch.chdir(os.path.join(HERE, "tasks"))
+    evaluate.print_table(vs[-1:])
+    assert " seeds/cpu/diag_matmul/fast.py " in capsys.readouterr().out
+
+
+def test_evaluate_prints_a_real_build_error(cache, tmp_path, monkeypatch, capsys):
+    (tmp_path / "sols" / "gelu").mkdir(parents=True)
+    (tmp_path / "sols" / "gelu" / "broken.py").write_text(
+        "import torch\nimport kernels\n"
+        "lib = kernels.load_cpp('extern \"C\" void f(float* y) { y[0] = not_declared_here; }')\n"
+        "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    monkeypatch.chdir(tmp_path)
+    evaluate.main(["--solutions=sols", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
+                   "--progress=false"])
+    out = capsys.readouterr().out
+    assert "  gelu sols/gelu/broken.py: kernel.cpp:1:" in out and "not_declared_here" in out.split("compile errors")[1]
+
+
+def test_evaluate_checks_model_mode_inputs_first(tmp_path):
+    """A mistyped --exemplars_db ran without exemplars; a missing checkpoint must fail before
+    any sampling."""
+    def run(*argv):
+        r = subprocess.run([sys.executable, "evaluate.py", "--config=small", *argv], cwd=HERE, capture_output=True,
+                           text=True, timeout=120)
+        return r.returncode, r.stderr.strip()
+    assert run("--samples=2", "--exemplars_db=nosuch.jsonl") == (
+        1, "evaluate.py: --exemplars_db nosuch.jsonl: no such file (crl.py writes out/<config>/crl/db.jsonl)")
+    code, err = run("--solutions=tasks/seeds/cpu", f"--exemplars_db={tmp_path}")
+    assert code == 1 and "needs --samples k" in err, err
+    code, err = run("--samples=2", f"--checkpoint=base,{tmp_path / 'nope'}")
+    assert code == 1 and err.endswith("nope: no such checkpoint or model folder"), err
+
+
+def test_evaluate_says_why_there_is_nothing_to_evaluate(cache, tmp_path, tasks, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.txt").write_text("no solutions here")
+    (tmp_path / "none.jsonl").write_text("\n")
+    for spec, msg in [("empty", "empty holds no solutions: it has no .py files"), ("notes", "notes holds no solutions"),
+                      ("none.jsonl", "none.jsonl holds no solutions: it has no records")]:
+        with pytest.raises(SystemExit, match=msg):
+            evaluate.main([f"--solutions={tmp_path / spec}", f"--cache_dir={cache}"])
+    cuda = os.path.join(HERE, "tasks", "seeds", "cuda")
+    with pytest.raises(SystemExit, match=r"all \d+ solutions are written for cuda and this machine runs backend cpu "
+                                         r"\(--backend=cpu\): give solutions written for cpu .*tasks/seeds/cpu"):
+        evaluate.main([f"--solutions={cuda}", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
+                       "--progress=false"])
+    # the same on a machine without a GPU, and solutions named after no task
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = dict(backend="auto", tasks="builtin")
+    p = taskset.pair_up(list(tasks.values()), taskset.load_solutions(cuda), "", "cpu")
+    msg = evaluate.nothing_to_evaluate(p, cfg, "cpu", list(tasks.values()))
+    assert f"all {len(p.other_backend)} solutions are written for cuda" in msg and "(no CUDA GPU)" in msg
+    assert msg.endswith("or run on a machine with a CUDA GPU and nvcc")
+    stray = taskset.Solution("class ModelNew: pass", "x/unrelated.py", task="x|unrelated")
+    p = taskset.pair_up(list(tasks.values()), [stray] + taskset.load_solutions(os.path.join(cuda, "gelu")), "", "cpu")
+    msg = evaluate.nothing_to_evaluate(p, cfg, "cpu", list(tasks.values()))
+    assert msg.startswith("no solution can run here: 2 are written for cuda")
+    assert "; 1 matches no task of --tasks builtin (e.g. x/unrelated.py)" in msg and "name solutions after" in msg
+
+
 # ---------------------------------------------------------------------------- prompts.py
 
 def test_prompt_templates():
@@ -1114,8 +1266,12 @@ def test_lora_trains_adapters_and_checkpoints_load_plainly(tiny, tmp_path):
     adapters off (or with the starting adapter); the checkpoint is an adapter folder that
     plain AutoModelForCausalLM.from_pretrained loads, and that resumes."""
     from transformers import AutoModelForCausalLM
+    import warnings
     cfg = config.parse(TINY + ["--lora_rank=4", "--beta=0.1", "--lora_targets=q_proj,v_proj,down_proj"])
-    model, tok = policy.load(cfg, train=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model, tok = policy.load(cfg, train=True)
+    assert not [w for w in seen if "is_gradient_checkpointing" in str(w.message)]  # peft's, not the user's business
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     ids = torch.tensor([policy.prompt_ids(tok, [dict(role="user", content="gelu")]) + [5, 6, 7, 8]])
@@ -1366,7 +1522,17 @@ def test_database_drops_a_torn_line(tmp_path):
 
 # ---------------------------------------------------------------------------- the stages end to end (CPU)
 
+def read_only(script, argv):
+    """argv without the settings `script` does not read (it refuses them): the pipeline's
+    command line, handed to one stage's script."""
+    if script not in config.SCRIPTS:  # a test's own script
+        return argv
+    read = config.read_by(config.SCRIPTS[script]) | {"config"}
+    return [a for a in argv if not a.startswith("--") or a[2:].split("=")[0] in read]
+
+
 def run_script(script, argv, timeout=900):
+    argv = read_only(script, argv)
     r = subprocess.run([sys.executable, script, *argv], cwd=HERE, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"{script} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r.stdout
@@ -1404,6 +1570,16 @@ def test_pipeline_runs_every_stage(pipeline):
     db = exemplars.Database(os.path.join(base, "crl", "db.jsonl"))
     assert {r["origin"] for r in db.rows} >= {"sft"} and all(r["status"] == "ok" for r in db.rows if r["origin"] == "sft")
     assert glob.glob(os.path.join(base, "crl", "samples", "step_1_rank0.jsonl"))
+    # a variant counts as new once, however often a step sampled it (a LoRA run logged 24 new, db 11)
+    db_before = [sum(r["origin"] != "crl" for r in db.rows)] + [r["db_size"] for r in log[:-1]]
+    assert all(r["new_variants"] == r["db_size"] - b for r, b in zip(log, db_before)), log
+    assert all(set(r["tasks"]) <= {"gelu", "diag_matmul"} and r["set_aside"] == [] for r in log)
+    # the closing block: Stage 1 against Stage 3, the files, and an evaluate.py command that runs as printed
+    assert "crl: results, speedup over the reference" in stdout and "Stage 1 best" in stdout
+    assert re.search(r"crl: 2 steps in \d+ s\n", stdout)
+    cmd = stdout.split("compare the checkpoints")[1].splitlines()[1].split()
+    assert cmd[:2] == ["python", "evaluate.py"] and f"base,{base}/sft,{base}/selftrain,{base}/crl" in cmd[-1]
+    assert config.parse(cmd[2:], sections=config.EVALUATE)["samples"] == 4
     # the README's curves.png, with the optional matplotlib (.ci/run installs it)
     import importlib.util
     if importlib.util.find_spec("matplotlib"):
@@ -1418,6 +1594,18 @@ def test_pipeline_runs_every_stage(pipeline):
     # a second run finds every stage done and does nothing
     again = run_script("crl.py", pipeline[1])
     assert "running Stage" not in again and "has run its 2 steps" in again
+
+
+def test_curves_and_report_average_whole_passes_without_set_aside_tasks():
+    """One step covers some tasks, so its mean jumps with which it drew (2.19, 2.42, 0.41,
+    4.94 ... in a real run); a pass over every task does not, and a task whose output never
+    changes with the input stays out, as evaluate.py leaves it out."""
+    import crl
+    log = [dict(step=1, tasks=dict(a=[1.0, 0.0], z=[50.0]), set_aside=["z"]),
+           dict(step=2, tasks=dict(b=[3.0, 2.0]), set_aside=["z"]),
+           dict(step=3, tasks=dict(a=[2.0, 2.0]), set_aside=["z"])]
+    assert crl.passes(log, 2) == [(1, 2, 0.75, 1.5), (3, 3, 1.0, 2.0)]
+    assert crl.pass_steps(list(range(12)), 6) == 2 and crl.pass_steps(list(range(3)), 2) == 2
 
 
 def test_later_stages_start_from_a_given_checkpoint(pipeline, tmp_path):
@@ -1454,7 +1642,7 @@ def test_sft_resumes_after_ctrl_c(pipeline, tmp_path):
     shutil.copy(os.path.join(out, "small", "sft", "data.jsonl"), base / "data.jsonl")
     common = [a for a in argv if not a.startswith(("--out", "--epochs"))] + \
         [f"--out={tmp_path}", "--epochs=12", "--log_every=1", "--ckpt_every=1000"]
-    p = subprocess.Popen([sys.executable, "sft.py", *common], cwd=HERE, stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "sft.py", *read_only("sft.py", common)], cwd=HERE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True,
                          preexec_fn=_ctrl_c_reaches)
     for line in p.stdout:
@@ -1479,7 +1667,7 @@ def test_stage_1_interrupted_while_judging_starts_over(pipeline, tmp_path):
     import signal
     _, argv, _ = pipeline
     cmd = [a for a in argv if not a.startswith("--out")] + [f"--out={tmp_path}"]
-    p = subprocess.Popen([sys.executable, "sft.py", *cmd], cwd=HERE, stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "sft.py", *read_only("sft.py", cmd)], cwd=HERE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_reaches)
     for line in p.stdout:
         if "judging teacher samples" in line:
@@ -1488,7 +1676,8 @@ def test_stage_1_interrupted_while_judging_starts_over(pipeline, tmp_path):
             break
     _, err = p.communicate(timeout=300)
     base = tmp_path / "small" / "sft"
-    assert p.returncode == 1 and re.search(r"sft.py: interrupted; run the same command", err), err[-2000:]
+    assert p.returncode == 1 and re.search(r"sft.py: interrupted while judging teacher samples, before any dataset or checkpoint was "
+                                             r"written; the same command judges them again", err), err[-2000:]
     assert not (base / "data.jsonl").exists() and not policy.has_checkpoint(str(base))
     stdout = run_script("sft.py", cmd)
     assert re.search(r"teacher builtin: 6 samples, \d+ kept", stdout), stdout[-2000:]
@@ -1549,6 +1738,7 @@ def test_crl_survives_kill_9_and_resumes(pipeline, tmp_path):
     assert step >= 1
     stdout = run_script("crl.py", [a.replace("--crl_steps=30", f"--crl_steps={step + 2}") for a in args])
     assert f"resuming after step {step}" in stdout
+    assert "crl: 2 steps in " in stdout and f"(after {step} before)" in stdout  # said 'step + 2 steps' once
     after = exemplars.Database(str(crl_dir / "db.jsonl")).rows
     assert after[:len(before)] == before  # nothing lost or rewritten
     log = [json.loads(line)["step"] for line in open(crl_dir / "log.jsonl")]
@@ -1718,7 +1908,8 @@ def test_builtin_teacher_mutates_and_the_filter_matters(tasks):
 # ---------------------------------------------------------------------------- torchrun (gloo on CPU)
 
 def torchrun(script, argv, nproc=2, timeout=900):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script, *argv]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script,
+           *read_only(script, argv)]
     r = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"{script} under torchrun failed:\n{r.stdout[-3000:]}\n{r.stderr[-4000:]}"
     return r.stdout
