@@ -134,7 +134,7 @@ M_PERTURB, M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -6, -1, -3
 def poisoned(specs, dev, copies=2):
     """While the candidate runs, the memory its outputs get reads as all-ones bytes (a NaN
     for floats): a kernel that leaves part of its output unwritten shows the poison instead
-    of a stale correct answer (README, "How a candidate is judged": reading freed memory).
+    of a stale correct answer (EVAL.md, "How a candidate is judged": reading freed memory).
     The GPU's caching allocator hands back the blocks just freed, so blocks of the outputs'
     sizes are filled and freed. The host allocator picks among all its free blocks, and
     which one depends on the worker's history, so there glibc fills every block it hands

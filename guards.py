@@ -36,7 +36,7 @@ def flag_table():
 
 
 FLAGS = flag_table()
-# The flag policy (README, "How a candidate is judged"): whatever a candidate sets applies to
+# The flag policy (EVAL.md, "How a candidate is judged"): whatever a candidate sets applies to
 # its own calls only and is undone after each; numerics flags (TF32, matmul precision) are
 # then judged by the float64 comparison. Speed-only flags also apply to the reference while
 # timing, so they earn nothing by themselves. The harness's own conditions are fixed.

@@ -419,7 +419,7 @@ class Harness:
 # Correctness and timing
 
 def run_checks(h):
-    """Correctness (README, "How a candidate is judged"): several weight seeds, fresh input
+    """Correctness (EVAL.md, "How a candidate is judged"): several weight seeds, fresh input
     sets each, candidate called first on every set (so no reference result sits in freed
     memory), with checks for side streams, mutated inputs, cached results and rebinding.
     -> (ref, new, ref64) of the first seed, for timing and the check after it."""
