@@ -29,10 +29,9 @@ import tempfile
 import time
 
 import config
-import gate
 import kernels
-import sandbox
 import taskset
+from kernels import gate, sandbox
 
 
 # The same GELU kernel in KernelBench's format (load_inline, torch headers), to put a
@@ -303,7 +302,7 @@ def policy_bench(cfg):
                 if cuda:
                     torch.cuda.reset_peak_memory_stats()
                 ref = policy.reference(c, model, c["model"])
-                opt = common.optimizer(model, 1e-6, c)
+                opt = policy.optimizer(model, 1e-6, c)
                 gen = torch.Generator().manual_seed(0)
                 rollouts = [grpo.Rollout(s.prompt_ids, s.ids, float(torch.randn(1, generator=gen)))
                             for g in outs for s in g]

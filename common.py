@@ -1,22 +1,17 @@
-"""What the stage scripts and evaluate.py all do: torchrun helpers, JSONL files, a stage's
-output folder, the optimizer, and judging model responses. No candidate code runs here.
+"""What the stage scripts and evaluate.py all do, kept light (no torch at import, nothing of
+the project but config): torchrun helpers, JSONL files, a stage's output folder.
 
-    rank, world, cfg = common.dist_setup(cfg)        # under torchrun: one GPU per rank
-    rows = common.all_gather(mine, world)             # every rank's object, in rank order
-    out, finished = common.start_stage(cfg, "sft")     # out/<config>/sft/, with run_config.json
-    judged = common.judge_responses(ev, [(task, text), ...], "judging")   # [(Parsed, Verdict)]
+    rank, world, cfg = common.dist_setup(cfg)          # under torchrun: one GPU per rank
+    rows = common.all_gather(mine, world)               # every rank's object, in rank order
+    out = common.sharded(judge, items, rank, world)     # judge(each rank's share), all results in order
+    out, finished = common.start_stage(cfg, "sft")       # out/<config>/sft/, with run_config.json
 """
 import atexit
 import json
 import os
 import shutil
 
-import torch
-
 import config
-import kernels
-import policy
-import prompts
 
 # ----------------------------------------------------------------------------------------
 # Ranks (torchrun): each rank samples and judges its share on its own GPU
@@ -30,6 +25,7 @@ def dist_setup(cfg):
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1, cfg
+    import torch
     import torch.distributed as dist
     if dist.is_initialized():
         return dist.get_rank(), world, cfg
@@ -67,7 +63,8 @@ def dist_teardown():
 
 def barrier(world):
     if world > 1:
-        torch.distributed.barrier()
+        import torch.distributed as dist
+        dist.barrier()
 
 
 def all_gather(obj, world):
@@ -80,43 +77,42 @@ def all_gather(obj, world):
     return out
 
 
-def all_reduce_grads(model, world):
-    """Sum gradients over ranks: each rank's loss is already divided by the global normaliser.
-    FSDP2 (policy.Sharded) has reduced them in backward already, as a mean: scale it back
-    to the sum (a divide factor of 1 would need PREMUL_SUM, which gloo lacks)."""
-    if world == 1:
-        return
-    if isinstance(model, policy.Sharded):
-        for p in model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(world)
-        return
-    import torch.distributed as dist
-    for p in model.parameters():
-        if not p.requires_grad:  # LoRA's frozen base
-            continue
-        if p.grad is None:  # a rank whose groups were all skipped still joins every all_reduce
-            p.grad = torch.zeros_like(p)
-        dist.all_reduce(p.grad)
+def sharded(fn, items, rank, world):
+    """fn(items[rank::world]) -> a list, one result per item, on each rank; every rank gets
+    every result back, in the items' order (the one way work is split over ranks)."""
+    mine = fn(items[rank::world]) if items[rank::world] else []
+    out = [None] * len(items)
+    for r, part in enumerate(all_gather(list(mine), world)):
+        out[r::world] = part
+    return out
 
 
 # ----------------------------------------------------------------------------------------
 # Files
 
 
-def read_jsonl(path, torn_tail=False):
-    """The rows of a JSONL file. torn_tail: a last line cut short by a kill mid-append (no
-    newline, not valid JSON) is dropped; anything else that does not parse still raises."""
-    with open(path) as f:
-        lines = f.read().split("\n")
+def read_jsonl(path, torn_tail=False, repair=False, numbered=False):
+    """The rows of a JSONL file (numbered: (line number, row) pairs); a line that does not
+    parse raises ValueError naming path:line. torn_tail: bytes after the last newline (a kill
+    mid-append) are dropped, and with repair also cut off the file, or the next append would
+    be glued to them."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    end = raw.rfind(b"\n") + 1
+    if torn_tail and end < len(raw):
+        print(f"{path}: dropped a torn last line (a kill mid-write)")
+        if repair:
+            with open(path, "r+b") as f:
+                f.truncate(end)
+        raw = raw[:end]
     rows = []
-    for i, line in enumerate(lines):
-        try:
-            if line.strip():
-                rows.append(json.loads(line))
-        except ValueError:
-            if not (torn_tail and i == len(lines) - 1):
-                raise
+    for i, line in enumerate(raw.decode().split("\n"), 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"{path}:{i}: not valid JSON ({e})") from None
+            rows.append((i, row) if numbered else row)
     return rows
 
 
@@ -141,12 +137,29 @@ def stage_dir(cfg, stage):
     return os.path.join(cfg["out"], cfg["config"], stage)
 
 
+def has_checkpoint(out):
+    """A stage folder holds weights (a model or a LoRA adapter) and the training state."""
+    weights = ("config.json", "adapter_config.json")
+    return os.path.exists(os.path.join(out, "train_state.pt")) and \
+        any(os.path.exists(os.path.join(out, w)) for w in weights)
+
+
+def is_done(out):
+    """True when a stage folder holds a finished checkpoint."""
+    if not has_checkpoint(out):
+        return False
+    import torch
+    # mmap: reading one flag must not pull a large model's optimizer state into memory
+    state = torch.load(os.path.join(out, "train_state.pt"), map_location="cpu", weights_only=False, mmap=True)
+    return bool((state.get("extra") or {}).get("done"))
+
+
 def start_stage(cfg, stage, write_config=True):
     """Open a stage's folder, out/<config>/<stage>/, saving the config it runs with (under
     torchrun rank 0 alone writes) -> (folder, finished). finished: the folder already holds
     a completed checkpoint, which the stage reuses (nothing is written then)."""
     out = stage_dir(cfg, stage)
-    if policy.is_done(out):
+    if is_done(out):
         print(f"{stage}: {out} is finished (delete it to run again)")
         return out, True
     os.makedirs(out, exist_ok=True)
@@ -166,42 +179,3 @@ def _drop_if_empty(out):
             os.rmdir(os.path.dirname(out))  # out/<config> too, if nothing else is in it
     except OSError:
         pass
-
-
-def reduce_and_clip(model, world, max_norm):
-    """After every rank's backward: gradients summed over ranks (all_reduce_grads), then
-    clipped to max_norm over the trainable parameters -> the norm before clipping."""
-    all_reduce_grads(model, world)
-    norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_norm)
-    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP2: a DTensor
-
-
-def optimizer(model, lr, cfg, state=None):
-    """AdamW as every stage builds it, resumed from state["optimizer"] when there is one."""
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
-                            weight_decay=cfg["weight_decay"], betas=(0.9, 0.95))
-    if state and state.get("optimizer"):
-        if isinstance(model, policy.Sharded):  # a full (gathered) state, each rank keeps its shards
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-            set_optimizer_state_dict(model, opt, state["optimizer"], options=StateDictOptions(full_state_dict=True))
-        else:
-            opt.load_state_dict(state["optimizer"])
-    return opt
-
-
-# ----------------------------------------------------------------------------------------
-# Judging model responses
-
-
-def unusable(task_name, solution, parsed):
-    """The verdict for a response with no usable code (it never reaches a worker)."""
-    return kernels.Verdict(task_name, solution, "compile_error", parsed.reason, parsed.error)
-
-
-def judge_responses(ev, tasks_and_texts, desc):
-    """(task, response text) pairs -> (Parsed, Verdict) per pair, in order."""
-    parsed = [prompts.parse_response(text) for _, text in tasks_and_texts]
-    todo = [(t, p.code) for (t, _), p in zip(tasks_and_texts, parsed) if p.code is not None]
-    verdicts = iter(ev.evaluate(todo, desc=desc) if todo else [])
-    return [(p, next(verdicts) if p.code is not None else unusable(task.name, "response", p))
-            for (task, _), p in zip(tasks_and_texts, parsed)]

@@ -91,12 +91,9 @@ def seed_database(cfg, db, ev, tasks, rank, world):
                 if "timed" in r:  # Stage 1 timed its kept variants (sft_exemplars): no need to again
                     db.add([dict(task=t.name, task_hash=t.hash, source_hash=r["source_hash"], code=r["code"],
                                  speedup=r["speedup"], step=0, origin=stage, **r["timed"])], write=rank == 0)
-    mine = found[rank::world]
-    rows = judge_samples(ev, db, [(t, c) for t, c, _ in mine], 0, "seed")
-    for r, (_, _, stage) in zip(rows, mine):
-        r["origin"] = stage if r.get("new") else r["origin"]
-    new = [dict(r, new=False) for part in common.all_gather([r for r in rows if r["new"]], world) for r in part]
-    db.add(new, write=rank == 0)
+    rows = common.sharded(lambda part: judge_samples(ev, db, [(t, c) for t, c, _ in part], 0, "seed"),
+                          found, rank, world)
+    db.add([dict(r, new=False, origin=stage) for r, (_, _, stage) in zip(rows, found) if r["new"]], write=rank == 0)
     ok = sum(r["status"] == "ok" for r in db.rows)
     if rank == 0:
         print(f"crl: database seeded with {len(found)} variants from Stages 1-2 ({ok} correct when timed)")
@@ -171,7 +168,7 @@ def run_earlier_stages(cfg, rank=0):
     (under torchrun on every rank, as their own scripts would)."""
     for name, module in (("Stage 1", sft), ("Stage 2", selftrain)):
         stage = module.__name__
-        if not policy.is_done(common.stage_dir(cfg, stage)):
+        if not common.is_done(common.stage_dir(cfg, stage)):
             if rank == 0:
                 print(f"crl: no finished {name} checkpoint in {common.stage_dir(cfg, stage)}: "
                       f"running {name} ({stage}.py) first")
@@ -193,7 +190,7 @@ def run(cfg):
     # a Stage 3 checkpoint is never marked finished: more steps can always follow
     out, _ = common.start_stage(cfg, "crl" if cfg["exemplars"] == "bucket" else f"crl-{cfg['exemplars']}",
                                 write_config=rank == 0)
-    if policy.has_checkpoint(out):
+    if common.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
         if state["step"] >= cfg["crl_steps"]:
             print(f"crl: {out} has run its {state['step']} steps (raise --crl_steps to go on, or delete it)")
@@ -215,7 +212,7 @@ def run(cfg):
     # the KL reference: the model Stage 3 started from
     ref_logprobs = policy.reference(cfg, model, start_from)
     model = policy.prepare(model, cfg, world)  # FSDP2 shards under torchrun with --fsdp
-    opt = common.optimizer(model, cfg["crl_lr"], cfg, state)
+    opt = policy.optimizer(model, cfg["crl_lr"], cfg, state)
     tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
     db = exemplars.Database(os.path.join(out, "db.jsonl"), repair=rank == 0)
     os.makedirs(os.path.join(out, "samples"), exist_ok=True)
@@ -246,7 +243,8 @@ def run(cfg):
             sys.exit(f"\ncrl: interrupted in step {step}; the last checkpoint and the database are in {out}; "
                      f"run the same command to resume")
     if rank == 0:
-        print(f"crl: {step - first} steps in {time.time() - t_start:.0f} s" + (f" (after {first} before)" * (first > 0)))
+        print(f"crl: {step - first} steps in {time.time() - t_start:.0f} s"
+              + (f" (after {first} before)" if first else ""))
         report(cfg, out, db, tasks, start_from)
     common.dist_teardown()
     return out
@@ -286,7 +284,8 @@ def one_step(r, step):
     by_task = {}
     for (t, _), x in zip(flat, rewards):
         by_task.setdefault(t.name, []).append(x)
-    every = common.all_gather(dict(rewards=rewards, by_task=by_task, set_aside=sorted(r.set_aside), gen_tok=sum(len(s.ids) for _, s in flat), skipped=skipped,
+    every = common.all_gather(dict(rewards=rewards, by_task=by_task, set_aside=sorted(r.set_aside),
+                                   gen_tok=sum(len(s.ids) for _, s in flat), skipped=skipped,
                                    groups=len(mine), db=len(r.db.rows),
                                    params=param_checksum(r.model) if r.world > 1 else 0.0), r.world)
     # the invariants of data parallelism: one database, one set of weights on every rank
@@ -356,7 +355,7 @@ def report(cfg, out, db, tasks, start_from):
           "prompts as tasks; - where a task\n  drew none); Stage 3 best: the fastest sample it drew.")
     if set_aside:
         print(f"  set aside (output never changes with the input; not in the numbers): {', '.join(set_aside)}")
-    stages = [d for d in (common.stage_dir(cfg, s) for s in ("sft", "selftrain")) if policy.has_checkpoint(d)]
+    stages = [d for d in (common.stage_dir(cfg, s) for s in ("sft", "selftrain")) if common.has_checkpoint(d)]
     cks = list(dict.fromkeys(["base", *stages, start_from, out]))
     # what evaluate.py needs to rebuild the same tasks and the same base model
     preset = dict(config.DEFAULTS, **config.PRESETS.get(cfg["config"], {}))

@@ -199,22 +199,10 @@ def sample_pairs(cfg, tasks, backend, checkpoint):
             samples.append(dict(checkpoint=checkpoint, task=task.name, sample=j, text=s.text,
                                 finished=s.finished, parse_error=p.error))
             if p.code is None:
-                failed.append(common.unusable(task.name, name, p))
+                failed.append(kernels.unusable(task.name, name, p))
             else:
                 pairs.append((task, taskset.Solution(p.code, name)))
     return pairs, failed, samples
-
-
-def sharded(judge, items, rank, world):
-    """Under torchrun each rank judges every world-th item (a (task, solution) pair or a
-    task) on its own GPU with judge(items) -> [Verdict]; every rank gets all verdicts back,
-    in the items' order."""
-    mine = judge(items[rank::world]) if items[rank::world] else []
-    parts = common.all_gather([v.to_dict() for v in mine], world)
-    out = [None] * len(items)
-    for r, part in enumerate(parts):
-        out[r::world] = [kernels.Verdict(**d) for d in part]
-    return out
 
 
 def model_mode(cfg, tasks, ev, rank, world):
@@ -232,7 +220,7 @@ def model_mode(cfg, tasks, ev, rank, world):
         pairs = [(by_name[t], taskset.Solution(c, n)) for p in parts for t, c, n in p["pairs"]]
         failed = [kernels.Verdict(**d) for p in parts for d in p["failed"]]
         judge = functools.partial(ev.evaluate, desc=f"judging {ck or 'base'}")
-        vs = sorted(sharded(judge, pairs, rank, world) + failed, key=lambda v: (order[v.task], v.solution))
+        vs = sorted(common.sharded(judge, pairs, rank, world) + failed, key=lambda v: (order[v.task], v.solution))
         if rank == 0:
             print()
             summary[ck or "base"] = report(vs)
@@ -328,7 +316,7 @@ def run(cfg):
         print(f"rank {rank}/{world}: " * (world > 1) + f"backend {ev.backend}, "
               f"{len(ev.gpus) if ev.backend == 'cuda' else 0} GPU(s), {ev.workers} compile workers, cache {ev.cache}")
         if cfg["reference_only"]:
-            verdicts = sharded(ev.run_references, tasks, rank, world)
+            verdicts = common.sharded(ev.run_references, tasks, rank, world)
             bad = [v for v in verdicts if not v.ok]
             for v in verdicts if rank == 0 else []:
                 print(f"{v.task[:40]:40s} {v.status:10s} {_fmt(v.ref_ms, '.3f'):>10s} ms  {v.message[:60]}")
@@ -347,7 +335,7 @@ def run(cfg):
                 print(f"{len(p.other_backend)} solution(s) written for another backend than {ev.backend}, skipped")
             if not p.pairs:
                 raise ValueError(nothing_to_evaluate(p, cfg, ev.backend, [] if own else all_tasks))
-            verdicts = sharded(ev.evaluate, p.pairs, rank, world)
+            verdicts = common.sharded(ev.evaluate, p.pairs, rank, world)
             if rank == 0:
                 print()
                 summary = report(verdicts)

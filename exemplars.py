@@ -8,7 +8,6 @@ speedups. Bucket sampling picks them: group the task's variants into buckets of 
 `bucket_width`, draw N distinct buckets with probability proportional to
 exp((bucket mean - global mean) / tau), then one variant uniformly from each bucket.
 """
-import json
 import math
 import os
 
@@ -22,19 +21,8 @@ class Database:
 
     def __init__(self, path, repair=True):
         self.path, self.rows, self.index = path, [], {}
-        if not os.path.exists(path):
-            return
-        with open(path, "rb") as f:
-            raw = f.read()
-        end = raw.rfind(b"\n") + 1
-        if end < len(raw):
-            print(f"crl: {path}: dropped a torn last line (a kill mid-write)")
-            if repair:  # cut it off, or the next append would be glued to it
-                with open(path, "r+b") as f:
-                    f.truncate(end)
-        for line in raw[:end].decode().splitlines():
-            if line.strip():
-                self._keep(json.loads(line))
+        for row in common.read_jsonl(path, torn_tail=True, repair=repair) if os.path.exists(path) else []:
+            self._keep(row)
 
     def _keep(self, row):
         # sft.py's data.jsonl (timed kept variants) reads as a database too

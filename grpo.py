@@ -117,7 +117,7 @@ def train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
                 for k in ("kl", "kl_old", "clipped", "tokens"):
                     stats[k] += st[k]
                 stats["loss"] += loss.item()
-        stats["grad_norm"] = common.reduce_and_clip(model, world, cfg["grad_clip"])
+        stats["grad_norm"] = policy.reduce_and_clip(model, world, cfg["grad_clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
     summed = common.all_gather({k: stats[k] for k in ("kl", "kl_old", "clipped", "tokens", "loss")}, world)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import common
 import prompts
 import sampler
 import taskset
@@ -473,7 +474,7 @@ class Sharded(torch.nn.Module):
 def prepare(model, cfg, world):
     """The model as training uses it: itself, or with fsdp on under torchrun, Sharded:
     fp32 master shards, bf16 compute, fp32 gradient reduction (FSDP2 averages gradients
-    over ranks; common.all_reduce_grads turns the average back into the sum the losses
+    over ranks; all_reduce_grads turns the average back into the sum the losses
     are normalised for)."""
     if not cfg["fsdp"] or world == 1:
         return model
@@ -552,15 +553,9 @@ def save_adapter(model, tok, out, tmp):
     model.save_pretrained(tmp, selected_adapters=["default"])
 
 
-def has_checkpoint(out):
-    weights = ("config.json", "adapter_config.json")
-    return os.path.exists(os.path.join(out, "train_state.pt")) and \
-        any(os.path.exists(os.path.join(out, w)) for w in weights)
-
-
 def load_checkpoint(out, cfg, train=True):
     """-> (model, tokenizer, state) from save_checkpoint's folder; RNG state restored."""
-    if not has_checkpoint(out):
+    if not common.has_checkpoint(out):
         raise FileNotFoundError(f"{out}: no checkpoint (config.json and train_state.pt)")
     model, tok = load(cfg, out, train=train)
     state = torch.load(os.path.join(out, "train_state.pt"), map_location="cpu", weights_only=False)
@@ -574,15 +569,49 @@ def load_checkpoint(out, cfg, train=True):
     return model, tok, state
 
 
-def is_done(out):
-    """True when a stage folder holds a finished checkpoint."""
-    if not has_checkpoint(out):
-        return False
-    # mmap: reading one flag must not pull a large model's optimizer state into memory
-    state = torch.load(os.path.join(out, "train_state.pt"), map_location="cpu", weights_only=False, mmap=True)
-    return bool((state.get("extra") or {}).get("done"))
-
-
 def count_params(model):
     return sum(p.numel() for p in model.parameters())
 
+
+# ----------------------------------------------------------------------------------------
+# The update's plumbing, shared by every stage: the optimizer, gradients over ranks
+
+def all_reduce_grads(model, world):
+    """Sum gradients over ranks: each rank's loss is already divided by the global normaliser.
+    FSDP2 (Sharded) has reduced them in backward already, as a mean: scale it back
+    to the sum (a divide factor of 1 would need PREMUL_SUM, which gloo lacks)."""
+    if world == 1:
+        return
+    if isinstance(model, Sharded):
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(world)
+        return
+    import torch.distributed as dist
+    for p in model.parameters():
+        if not p.requires_grad:  # LoRA's frozen base
+            continue
+        if p.grad is None:  # a rank whose groups were all skipped still joins every all_reduce
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+
+
+def reduce_and_clip(model, world, max_norm):
+    """After every rank's backward: gradients summed over ranks (all_reduce_grads), then
+    clipped to max_norm over the trainable parameters -> the norm before clipping."""
+    all_reduce_grads(model, world)
+    norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP2: a DTensor
+
+
+def optimizer(model, lr, cfg, state=None):
+    """AdamW as every stage builds it, resumed from state["optimizer"] when there is one."""
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
+                            weight_decay=cfg["weight_decay"], betas=(0.9, 0.95))
+    if state and state.get("optimizer"):
+        if isinstance(model, Sharded):  # a full (gathered) state, each rank keeps its shards
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+            set_optimizer_state_dict(model, opt, state["optimizer"], options=StateDictOptions(full_state_dict=True))
+        else:
+            opt.load_state_dict(state["optimizer"])
+    return opt

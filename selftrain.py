@@ -38,7 +38,8 @@ def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1):
                            progress=cfg["progress"] and rank == 0)
     flat = [(t, s) for t, group in zip(tasks, outs) for s in group]
     t1 = time.time()
-    judged = common.judge_responses(ev, [(t, s.text) for t, s in flat], f"round {rnd} judging")
+    judged = ev.evaluate_responses([(t, s.text) for t, s in flat], prompts.parse_response,
+                                   f"round {rnd} judging")
     succ, seen, rows = [], set(), []
     for (task, s), (p, v) in zip(flat, judged):
         rows.append(dict(stage="selftrain", round=rnd, task=task.name, status=v.status, reason=v.reason,
@@ -71,11 +72,11 @@ def run(cfg):
         return out
     start_from = cfg["init_from"] or common.stage_dir(cfg, "sft")
     policy.preflight(cfg, [cfg["init_from"]] if cfg["init_from"] else [])
-    if policy.has_checkpoint(out):
+    if common.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
         if rank == 0:
             print(f"selftrain: resuming after round {state['extra']['round']}")
-    elif policy.has_checkpoint(start_from):
+    elif common.has_checkpoint(start_from):
         model, tok, _ = policy.load_checkpoint(start_from, cfg)
         state = dict(extra=dict(round=0, rates=[]))
     else:

@@ -176,7 +176,8 @@ def build_dataset(cfg, tasks, ev, out):
         for spec in teacher_specs(cfg):
             samples = list(teacher_stream(spec, tasks, cfg, ev.backend))
             counts, seen = {}, set()
-            for (task, text), (p, v) in zip(samples, common.judge_responses(ev, samples, f"judging {spec}")):
+            judged = ev.evaluate_responses(samples, prompts.parse_response, f"judging {spec}")
+            for (task, text), (p, v) in zip(samples, judged):
                 log.write(json.dumps(dict(stage="sft", teacher=spec, task=task.name, status=v.status,
                                           reason=v.reason, source_hash=v.source_hash, message=v.message)) + "\n")
                 if v.ok and counts.get(task.name, 0) < cfg["keep"] and (task.name, v.source_hash) not in seen:
@@ -269,7 +270,7 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
     batches = schedule(data, cfg, max(1, epochs))
     per_step = cfg["grad_accum"] * world
     total = math.ceil(len(batches) / per_step)
-    opt = common.optimizer(model, lr, cfg, state)
+    opt = policy.optimizer(model, lr, cfg, state)
     start = state.get("step", 0)
     extra = dict(state.get("extra") or {}, done=False)
     model.train()
@@ -292,7 +293,7 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
                 (loss * weight / per_step).backward()
                 loss_sum += weight * loss.item() / per_step
                 tokens += int(weight * b["attention_mask"].sum())
-            norm = common.reduce_and_clip(model, world, cfg["grad_clip"])
+            norm = policy.reduce_and_clip(model, world, cfg["grad_clip"])
             opt.step()
             opt.zero_grad(set_to_none=True)
             if world > 1:  # the step's loss and tokens over all ranks
@@ -353,7 +354,7 @@ def run(cfg):
         if not os.path.exists(data_path):
             sys.exit("sft: no teacher sample passed the evaluator; nothing to train on")
         data = common.read_jsonl(data_path)
-    if policy.has_checkpoint(out):
+    if common.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
         if rank == 0:
             print(f"sft: resuming from step {state.get('step', 0)}")

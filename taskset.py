@@ -18,6 +18,8 @@ import os
 import re
 from dataclasses import dataclass
 
+import common
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILTIN_TASKS = os.path.join(HERE, "tasks")
 
@@ -103,16 +105,6 @@ def _kb_name(level, pid, name):
     return f"L{level}_{pid}_{name}".rstrip("_")
 
 
-def _read_jsonl(path):
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield i, json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise TaskError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-
-
 def load_tasks(spec):
     """'builtin' | a task .py | a folder (flat, or KernelBench's levelN/ layout) | a .jsonl
     with a `code` field (and level, problem_id, name) -> [Task], sorted."""
@@ -122,7 +114,7 @@ def load_tasks(spec):
         raise TaskError(f"{spec}: no such file or folder (tasks are 'builtin', a .py, a folder or a .jsonl)")
     tasks = []
     if spec.endswith(".jsonl"):
-        for i, r in _read_jsonl(spec):
+        for i, r in common.read_jsonl(spec, numbered=True):
             if "code" not in r:
                 raise TaskError(f"{spec}:{i}: record has no 'code' field")
             lv, pid = r.get("level"), r.get("problem_id")
@@ -178,7 +170,7 @@ _SCORES = ("score", "score_default", "speedup")  # a published speedup, under th
 def _records(spec):
     """(where, record) from a .jsonl, or from a .json holding one object: a list of records,
     or the CUDA-L1 repository's per-GPU file ({"1": [records of level 1], "2": [...], ...})."""
-    lines = ((f"{spec}:{i}", r) for i, r in _read_jsonl(spec))
+    lines = ((f"{spec}:{i}", r) for i, r in common.read_jsonl(spec, numbered=True))
     if spec.endswith(".jsonl"):
         yield from lines
         return

@@ -24,16 +24,14 @@ import torch
 import bench
 import common
 import config
-import correctness
 import evaluate
 import exemplars
-import gate
 import grpo
 import kernels
+from kernels import correctness, gate, sandbox
 import policy
 import prompts
 import sampler
-import sandbox
 import sft
 import taskset
 
@@ -208,44 +206,79 @@ def test_readme_commands_name_real_settings():
     assert checked >= 30 and not bad, bad
 
 
-# Library modules in import order: each imports only modules before it (kernels starts the
-# workers in worker.py, importing it when an Evaluator is built: the one exception). Stages
-# import library modules and earlier stages; evaluate.py and bench.py import no stage.
-LIBRARY = ["config", "prompts", "taskset", "sandbox", "gate", "builds", "kernels", "correctness", "timing", "guards", "harness", "worker", "sampler", "policy",
-           "common", "exemplars", "grpo"]
-STAGES = ["sft", "selftrain", "crl"]
+def project_modules():
+    """Module name -> file: the flat top level (tests aside) and the kernels package."""
+    mods = {f[:-3]: f for f in os.listdir(HERE) if f.endswith(".py") and f != "test_all.py"}
+    mods.update({"kernels" if f == "__init__.py" else f"kernels.{f[:-3]}": os.path.join("kernels", f)
+                 for f in os.listdir(os.path.join(HERE, "kernels")) if f.endswith(".py")})
+    return mods
 
 
-def project_imports(name):
-    tree = ast.parse(open(os.path.join(HERE, name + ".py")).read())
+def project_imports(name, mods):
+    """What module `name` imports of the project, lazy imports (inside functions) included.
+    `from kernels import gate` is an edge to kernels.gate and to the package's front door
+    (which Python runs first); a sibling's `from . import gate` is an edge to kernels.gate."""
+    tree = ast.parse(open(os.path.join(HERE, mods[name])).read())
+    pkg = name.rpartition(".")[0] if name.startswith("kernels.") else ("kernels" if name == "kernels" else "")
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module.split(".")[0])
-    return found & set(LIBRARY + STAGES + ["evaluate", "bench"])
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = pkg if node.level else (node.module or "")
+            if node.level and node.module:
+                base = f"{pkg}.{node.module}"
+            elif not node.level and base in mods:
+                found.add(base)
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names)
+    return {m for m in found if m in mods and m != name}
 
 
-def test_imports_point_one_way_and_files_stay_short():
-    files = sorted(f[:-3] for f in os.listdir(HERE) if f.endswith(".py") and f != "test_all.py")
-    assert sorted(LIBRARY + STAGES + ["evaluate", "bench"]) == files, "a new module needs a place in this test"
-    bad = []
-    for i, name in enumerate(LIBRARY):
-        bad += [f"{name} -> {m}" for m in project_imports(name) if m not in LIBRARY[:i] and (name, m) != ("kernels", "worker")]
-    for i, name in enumerate(STAGES):
-        bad += [f"{name} -> {m}" for m in project_imports(name) if m not in LIBRARY + STAGES[:i]]
-    for name in ("evaluate", "bench"):
-        bad += [f"{name} -> {m}" for m in project_imports(name) if m not in LIBRARY]
-    assert not bad, bad
-    long = {f: n for f in files if (n := len(open(os.path.join(HERE, f + ".py")).read().splitlines())) > 700}
+def test_imports_form_no_cycle_and_files_stay_short():
+    """No import cycle among the project's modules, lazy imports included, and no exception
+    list. The stage scripts import earlier stages only, evaluate.py and bench.py none."""
+    mods = project_modules()
+    graph = {m: project_imports(m, mods) for m in mods}
+    state, cycles = {}, []
+
+    def visit(m, path):
+        state[m] = "open"
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                cycles.append(path[path.index(n):] + [n] if n in path else [m, n])
+            elif n not in state:
+                visit(n, path + [n])
+        state[m] = "done"
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, cycles
+    stages = ["sft", "selftrain", "crl"]
+    for i, s in enumerate(stages + ["evaluate", "bench"]):
+        assert graph[s] & set(stages + ["evaluate", "bench"]) <= set(stages[:i] if s in stages else []), (s, graph[s])
+    assert not graph["kernels.verdicts"], "the evaluator's vocabulary is a leaf"
+    long = {f: n for f in mods.values() if (n := len(open(os.path.join(HERE, f)).read().splitlines())) > 700}
     assert not long, f"files over 700 lines: {long}"
 
 
+def test_readme_is_a_manual_and_pointers_name_real_sections():
+    """The README stays a manual (measurement history lives in results/LOG.md); every
+    'README "Section"' or 'EVAL.md, "Section"' cited in the code names a section that exists."""
+    docs = {d: open(os.path.join(HERE, d)).read() for d in ("README.md", "EVAL.md")}
+    assert len(docs["README.md"].splitlines()) <= 400
+    heads = {d: {h.strip("# ").lower() for h in t.splitlines() if h.startswith("#")} for d, t in docs.items()}
+    cited = []
+    for f in project_modules().values():
+        text = open(os.path.join(HERE, f)).read().replace("\n#", " ").replace("\n", " ")
+        cited += [(f, d, sec) for d, sec in re.findall(r'(README|EVAL\.md)[,:]? +"([^"]+)"', text)]
+    bad = [c for c in cited if " ".join(c[2].split()).lower() not in heads["README.md" if c[1] == "README" else c[1]]]
+    assert cited and not bad, bad
+
+
 def test_workers_and_candidates_import_no_transformers():
-    """The forkserver preloads worker.py (and with it harness.py, timing.py, kernels.py);
+    """The forkserver preloads kernels.worker (and with it the harness, timing, the package);
     candidates import kernels. None may pull in transformers, or every worker would pay for it."""
-    code = "import sys, worker, harness, guards, timing, kernels, taskset; print(sorted(m for m in sys.modules if m.startswith('transformers')))"
+    code = "import sys, kernels.worker, kernels, taskset; print(sorted(m for m in sys.modules if m.startswith('transformers')))"
     r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
@@ -404,7 +437,7 @@ def _gate_worker(conn, path, steps, long_step, host=None):
     """A stand-in for a CUDA run worker (gate.py): `steps` check steps with a pause point
     before each, then the GPU alone for 0.3 s; it notes the time every millisecond it runs.
     host=(at step, may run during a timing): 1 s of host-only work before that step."""
-    import gate
+    from kernels import gate
     os.setsid()
     g = gate.WorkerGate(conn.fileno(), conn.send, lambda: None)
     seen, spans, host_seen, regions = [], [], [], []
@@ -470,7 +503,7 @@ class _TimedHarness:
     (0.3, 0.3, 400.0, 402),   # slow only on its first call: a one-pair estimate, which does not count
 ])
 def test_timing_plan_counts_each_call_it_makes(ref_ms, new_ms, first_ms, calls):
-    import timing
+    from kernels import timing
     cfg = dict(config.DEFAULTS, backend="cpu")
     h = _TimedHarness(cfg)
     ref, new = h.program(ref_ms), h.program(new_ms, first_ms)
@@ -484,7 +517,7 @@ def test_timing_extra_rounds_follow_the_speedup(shared, rounds):
     """Extra rounds go where the rounds' speedups disagree. Every other round 20% slower: for
     both programs (a clock change both share) the speedup holds and timing_rounds (4) do; for
     the candidate alone the speedups disagree and it gets max_rounds (10)."""
-    import timing
+    from kernels import timing
     cfg = dict(config.DEFAULTS, backend="cpu")
     h = _TimedHarness(cfg)
     # calls 0-7 (of both programs): warm-up and the 3-pair estimate; then rounds of 100 pairs
@@ -590,7 +623,8 @@ def test_rel_err_and_compare():
 
 
 _POISON = """
-import torch, correctness
+import torch
+from kernels import correctness
 missed = []
 for trial in range(100):  # heaps in many states: blocks of other sizes held, freed, in between
     for n in (100, 1 << 12, 1 << 20, 1 << 24)[: 4 if trial < 3 else 2]:  # from glibc's small bins up to mmap
@@ -726,7 +760,7 @@ def test_references_built_ahead_are_the_ones_built_later(tmp_path, tasks):
     """Harness.prebuild (the reference models made before the candidate loads, so the work
     may overlap other workers' timings) makes exactly what build() would make from each
     seed later; past its memory budget the rest are built when asked for."""
-    import harness
+    from kernels import harness
     t = tasks["linear_relu"]
     job = dict(cfg=dict(config.DEFAULTS), backend="cpu", workdir=str(tmp_path), task_code=t.code,
                task_hash=t.hash, seed=1234)
@@ -749,7 +783,7 @@ def test_a_worker_that_cannot_start_cuda_says_so(cache, tasks):
     """A CUDA run worker brings its context up before it boxes itself (inside the box CUDA
     cannot start). When that fails, the job's verdict names the GPU, not the task or the
     candidate; out of memory is "oom", which a shared GPU judges again alone."""
-    import worker
+    from kernels import worker
     with make_eval(cache, "cpu") as ev:
         for err, reason in (("RuntimeError: CUDA error: out of memory", "oom"),
                             ("RuntimeError: No CUDA GPUs are available", "cuda_init")):
@@ -1245,7 +1279,7 @@ def test_sampling_copy_follows_the_training_weights(tiny):
     smp = sampler.Sampler(model, cfg)
     smp.model = sampler.whole_copy(model, torch.bfloat16)  # what __init__ does for fp32 on a GPU
     storage = {n: p.data_ptr() for n, p in smp.model.named_parameters()}
-    opt = common.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
+    opt = policy.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
     ids = torch.tensor([policy.prompt_ids(tok, [dict(role="user", content="gelu")]) + [5, 6, 7, 8]])
     mask = torch.ones_like(ids)
     (-policy.completion_logprobs(model, ids, mask).mean()).backward()
@@ -1279,7 +1313,7 @@ def test_lora_trains_adapters_and_checkpoints_load_plainly(tiny, tmp_path):
     with torch.no_grad():
         before = policy.completion_logprobs(model, ids, mask)
     ref = policy.reference(cfg, model, "")
-    opt = common.optimizer(model, 5e-2, cfg)
+    opt = policy.optimizer(model, 5e-2, cfg)
     for _ in range(3):
         (-policy.completion_logprobs(model, ids, mask).mean()).backward()
         opt.step()
@@ -1294,7 +1328,7 @@ def test_lora_trains_adapters_and_checkpoints_load_plainly(tiny, tmp_path):
     out = str(tmp_path / "ck")
     os.makedirs(out)
     policy.save_checkpoint(out, model, tok, opt, 3, cfg)
-    assert policy.has_checkpoint(out) and os.path.exists(os.path.join(out, "adapter_config.json"))
+    assert common.has_checkpoint(out) and os.path.exists(os.path.join(out, "adapter_config.json"))
     plain = AutoModelForCausalLM.from_pretrained(out)  # base (saved to out/base: the tiny model has no folder) + adapter
     back, _, state = policy.load_checkpoint(out, cfg)
     merged, _ = policy.load(dict(cfg, lora_rank=0), out)
@@ -1323,7 +1357,7 @@ if world > 1:
     mine = rolls[rank::world]
 else:  # the ranks' micro-batches, in the same order
     mine = rolls[0::2] + rolls[1::2]
-opt = common.optimizer(model, 1e-3, cfg)
+opt = policy.optimizer(model, 1e-3, cfg)
 grpo.train_step(cfg, model, ref, opt, tok, mine, world)
 smp = sampler.Sampler(policy.unwrap(model), cfg)
 policy.save_checkpoint(sys.argv[1], model, tok, opt, 1, cfg, write=rank == 0)
@@ -1555,7 +1589,7 @@ def test_pipeline_runs_every_stage(pipeline):
     assert "running Stage 1" in stdout and "running Stage 2" in stdout
     base = os.path.join(out, "small")
     for stage in ("sft", "selftrain", "crl"):
-        assert policy.has_checkpoint(os.path.join(base, stage)), stage
+        assert common.has_checkpoint(os.path.join(base, stage)), stage
         assert os.path.exists(os.path.join(base, stage, "run_config.json"))
     data = [json.loads(line) for line in open(os.path.join(base, "sft", "data.jsonl"))]
     assert data and all(d["task"] in ("gelu", "diag_matmul") and d["speedup"] > 0 for d in data)
@@ -1615,11 +1649,11 @@ def test_later_stages_start_from_a_given_checkpoint(pipeline, tmp_path):
     out, argv, _ = pipeline
     keep = [a for a in argv if not a.startswith(("--out=", "--st_rounds=", "--crl_steps="))]
     stdout = run_script("selftrain.py", [*keep, f"--out={tmp_path}", f"--init_from={out}/small/sft", "--st_rounds=1"])
-    assert "running Stage" not in stdout and policy.has_checkpoint(os.path.join(tmp_path, "small", "selftrain"))
+    assert "running Stage" not in stdout and common.has_checkpoint(os.path.join(tmp_path, "small", "selftrain"))
     stdout = run_script("crl.py", [*keep, f"--out={tmp_path}", f"--init_from={out}/small/selftrain", "--crl_steps=1"])
     assert "running Stage" not in stdout and not os.path.exists(os.path.join(tmp_path, "small", "sft"))
     log = common.read_jsonl(os.path.join(tmp_path, "small", "crl", "log.jsonl"))
-    assert [r["step"] for r in log] == [1] and policy.has_checkpoint(os.path.join(tmp_path, "small", "crl"))
+    assert [r["step"] for r in log] == [1] and common.has_checkpoint(os.path.join(tmp_path, "small", "crl"))
 
 
 def _ctrl_c_reaches():
@@ -1653,9 +1687,9 @@ def test_sft_resumes_after_ctrl_c(pipeline, tmp_path):
     m = re.search(r"interrupted at step (\d+); checkpoint saved", err)
     assert p.returncode == 1 and m, err[-2000:]
     step = int(m.group(1))
-    assert step >= 3 and policy.has_checkpoint(str(base)) and not policy.is_done(str(base))
+    assert step >= 3 and common.has_checkpoint(str(base)) and not common.is_done(str(base))
     stdout = run_script("sft.py", common)
-    assert f"resuming from step {step}" in stdout and policy.is_done(str(base))
+    assert f"resuming from step {step}" in stdout and common.is_done(str(base))
     log = [json.loads(line)["step"] for line in open(base / "log.jsonl")]
     assert log[-1] > step and log == sorted(set(log)), log  # no step trained twice, none skipped at the end
 
@@ -1678,10 +1712,10 @@ def test_stage_1_interrupted_while_judging_starts_over(pipeline, tmp_path):
     base = tmp_path / "small" / "sft"
     assert p.returncode == 1 and re.search(r"sft.py: interrupted while judging teacher samples, before any dataset or checkpoint was "
                                              r"written; the same command judges them again", err), err[-2000:]
-    assert not (base / "data.jsonl").exists() and not policy.has_checkpoint(str(base))
+    assert not (base / "data.jsonl").exists() and not common.has_checkpoint(str(base))
     stdout = run_script("sft.py", cmd)
     assert re.search(r"teacher builtin: 6 samples, \d+ kept", stdout), stdout[-2000:]
-    assert (base / "data.jsonl").exists() and policy.is_done(str(base))
+    assert (base / "data.jsonl").exists() and common.is_done(str(base))
 
 
 def test_stages_1_2_under_torchrun_with_fsdp2(pipeline, tmp_path):
@@ -1709,7 +1743,7 @@ def test_stages_1_2_under_torchrun_with_fsdp2(pipeline, tmp_path):
     assert stdout.count("selftrain round 1:") == 1  # rank 0 reports for both
     rows = [json.loads(line) for line in open(tmp_path / "two" / "small" / "selftrain" / "candidates.jsonl")]
     assert sorted(r["task"] for r in rows) == ["diag_matmul"] * 2 + ["gelu"] * 2  # 2 tasks x st_samples, once each
-    assert policy.is_done(str(tmp_path / "two" / "small" / "selftrain"))
+    assert common.is_done(str(tmp_path / "two" / "small" / "selftrain"))
 
 
 def test_crl_survives_kill_9_and_resumes(pipeline, tmp_path):
@@ -1829,7 +1863,7 @@ def test_sft_with_a_file_teacher_end_to_end(cache, tmp_path, tasks):
     stage = tmp_path / "out" / "small" / "sft"
     data = [json.loads(line) for line in open(stage / "data.jsonl")]
     assert [d["task"] for d in data] == ["L1_7"] and data[0]["speedup"] > 0, data
-    assert policy.is_done(str(stage))
+    assert common.is_done(str(stage))
     (tmp_path / "bad.jsonl").write_text('{"task_id": 1}\n')
     argv = [a.replace(str(path), str(tmp_path / "bad.jsonl")).replace("/out", "/out2") for a in argv]
     r = subprocess.run([sys.executable, "sft.py", *argv], cwd=HERE, capture_output=True, text=True, timeout=300)
@@ -2008,7 +2042,7 @@ def test_fast_sampler_on_gpu(tiny):
     assert graphs.decoder.compactions >= 1 and len({len(r[0]) for r in a if r[2]}) >= 3, [len(r[0]) for r in a]
     model = lively(cfg, tok, std=0.1).cuda()  # milder logits: bf16 rounding stays small
     graphs = sampler.Sampler(model, cfg)
-    opt = common.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
+    opt = policy.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
     for step in range(2):
         torch.manual_seed(step)
         rows = graphs.sample(ps[:8], 40, 1.0, 0.95, list(range(0, len(tok), 25)))

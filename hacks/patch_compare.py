@@ -8,7 +8,7 @@ import torch.nn as nn
 EXPECT = "rejected/harness_patched"
 TASK = "gelu"
 
-checks = sys.modules.get("correctness")
+checks = sys.modules.get("kernels.correctness")
 if checks is not None:
     checks.compare = lambda *args, **kwargs: (0.0, 1e-4)
 

@@ -4,7 +4,7 @@ Contained (Landlock confines writes to the work folder and the build cache; the 
 directory is the work folder): the correct output."""
 import os
 
-import kernels  # the evaluator's own module: its folder is the project
+import kernels  # the evaluator's own package: its parent folder is the project
 import torch
 import torch.nn as nn
 
@@ -13,7 +13,7 @@ TASK = "gelu"
 NEEDS = ("files",)
 
 ESCAPED = []
-for path in ("/tmp/cudal1_escaped_marker", os.path.join(os.path.dirname(kernels.__file__), "cudal1_escaped_marker")):
+for path in ("/tmp/cudal1_escaped_marker", os.path.join(os.path.dirname(os.path.dirname(kernels.__file__)), "cudal1_escaped_marker")):
     try:
         with open(path, "w") as f:
             f.write("escaped")

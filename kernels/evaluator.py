@@ -1,106 +1,19 @@
-"""The evaluator's entry point: KernelBench tasks in, trustworthy verdicts out. Candidates
-import it for the build API; scripts import it for the Evaluator. Candidate code only ever
-runs in worker processes (worker.py, harness.py, timing.py), never in the process that
-holds an Evaluator.
+"""The Evaluator: schedules compile and run workers (worker.py) over the CPU cores and GPUs
+and turns what they report into Verdicts. Candidate code never runs in this process.
 
-    python evaluate.py --tasks builtin --solutions tasks/seeds/cpu      # the usual front end
-
-    import kernels, taskset
     with kernels.Evaluator(config.parse([])) as ev:
         [v] = ev.evaluate([(task, code)])       # v.status, v.reason, v.speedup, v.log ...
-
-The project's own candidate format (builds.py) builds in seconds: CUDA (or C++) source free
-of torch headers, compiled straight with nvcc (or g++) and called through ctypes:
-
-    import kernels
-    lib = kernels.load_cuda(r'''
-    __global__ void relu_k(const float* x, float* y, long n) { ... }
-    extern "C" void relu(const float* x, float* y, long n, cudaStream_t s) {
-        relu_k<<<(n + 255) / 256, 256, 0, s>>>(x, y, n);
-    }''')
-    ... lib.relu(x, y, x.numel())   # tensors pass as pointers; the stream is filled in
-
-torch.utils.cpp_extension.load_inline solutions (KernelBench's format) work unchanged.
 """
 import os
-import re
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
 
-import builds
 import config
-import gate
-import sandbox
 import taskset
 
-# The build API (builds.py): candidates call it as kernels.load_cuda and kernels.load_cpp
-load_cuda, load_cpp, parse_exports, BuildError = builds.load_cuda, builds.load_cpp, builds.parse_exports, builds.BuildError
-KERNEL_CALLS, cache_root = builds.KERNEL_CALLS, builds.cache_root
-
-# ----------------------------------------------------------------------------------------
-# Verdicts
-
-@dataclass
-class Verdict:
-    task: str
-    solution: str
-    status: str                   # ok | incorrect | rejected | runtime_error | timeout | compile_error | task_error
-    reason: str = ""              # short key: mismatch, side_stream, cached_output, ...
-    message: str = ""             # one line for humans and models
-    speedup: float = 0.0          # reference time / candidate time; 0 unless ok
-    ref_ms: float | None = None
-    new_ms: float | None = None
-    spread: float | None = None   # relative range of the per-round speedups
-    max_err: float | None = None  # worst error against the float64 reference
-    tol: float | None = None
-    log: str = ""                 # trimmed compiler / runtime log a model can read
-    flags: list = field(default_factory=list)    # input_independent, init_mismatch, reused_output
-    set_flags: dict = field(default_factory=dict)  # global settings the candidate set, e.g. cudnn_benchmark
-    seconds: dict = field(default_factory=dict)  # compile, check, time, total
-    kernel_calls: int = 0
-    source_hash: str = ""
-    seed: int = 0
-
-    @property
-    def ok(self):
-        return self.status == "ok"
-
-    def to_dict(self):
-        return asdict(self)
-
-
-def trim_log(text, limit=2000):
-    """Keep what a model needs from a long compiler or runtime log: the error lines with a
-    little context first, then the tail, within `limit` characters."""
-    text = text.replace("\r", "")
-    if len(text) <= limit:
-        return text
-    lines = text.splitlines()
-    keep = set()
-    for i, l in enumerate(lines):
-        if re.search(r"error|Error|undefined|Traceback|Exception", l):
-            keep.update(range(max(0, i - 1), min(len(lines), i + 3)))
-    picked = "\n".join(lines[i] for i in sorted(keep))[: limit // 2]
-    tail = text[-(limit - len(picked) - 20):]
-    return (picked + "\n[...]\n" + tail) if picked else "[...]\n" + tail
-
-
-class Reject(Exception):
-    """A candidate failed a check: carries the verdict's status, reason and message."""
-
-    def __init__(self, status, reason, message, **extra):
-        super().__init__(message)
-        self.status, self.reason, self.message, self.extra = status, reason, message, extra
-
-
-def median(xs):
-    """The median of a non-empty list (the mean of the middle two for an even count):
-    timing rounds, and the median speedups the stages and reports print."""
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-
+from . import gate, sandbox
+from .builds import cache_root
+from .verdicts import Verdict, trim_log, unusable
 
 # ----------------------------------------------------------------------------------------
 # The parent: schedule compile workers on the CPU cores and run workers on the GPUs
@@ -143,9 +56,9 @@ class Evaluator:
         # Workers run worker.py (which imports this module for the build API candidates call),
         # imported by the server that forks them while this process imports it too (torch:
         # seconds on a cold disk), not after; here, not at the top, so importing kernels stays cheap.
-        self.ctx.set_forkserver_preload(["torch", "worker"])
+        self.ctx.set_forkserver_preload(["torch", "kernels.worker"])
         sandbox.start_forkserver()
-        import worker
+        from . import worker
         self.worker = worker
         self.env = {"KERNELS_BACKEND": self.backend, "CUDAL1_CACHE": self.cache, "MAX_JOBS": "2",
                     "KERNELS_COMPILE_TIMEOUT": str(self.cfg["compile_timeout"])}
@@ -389,6 +302,16 @@ class Evaluator:
                 name = pairs[i][1].name if isinstance(pairs[i][1], taskset.Solution) else it["name"]
                 verdicts[i] = Verdict(**{**fields, "task": pairs[i][0].name, "solution": name})
         return verdicts
+
+    def evaluate_responses(self, tasks_and_texts, parse, desc="judging"):
+        """[(Task, a model's response text)] -> [(parsed, Verdict)], in order: the one path from
+        a response to a verdict. parse(text) -> prompts.Parsed; a response without usable code
+        gets its verdict here, without a worker."""
+        parsed = [parse(text) for _, text in tasks_and_texts]
+        todo = [(t, p.code) for (t, _), p in zip(tasks_and_texts, parsed) if p.code is not None]
+        verdicts = iter(self.evaluate(todo, desc=desc) if todo else [])
+        return [(p, next(verdicts) if p.code is not None else unusable(task.name, "response", p))
+                for (task, _), p in zip(tasks_and_texts, parsed)]
 
     def run_references(self, tasks, progress=None):
         """Load every task and run its reference once -> [Verdict] (status ok or task_error)."""

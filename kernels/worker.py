@@ -19,11 +19,8 @@ import traceback
 
 import torch
 
-import correctness
-import gate
-import harness
-import kernels
-import sandbox
+from . import correctness, gate, harness, sandbox
+from .verdicts import trim_log
 
 
 def standby_main(conn, env, cores):
@@ -118,7 +115,7 @@ def child_main(kind, conn, job):
             res = {"compile": harness.compile_job, "run": harness.run_job, "reference": harness.reference_job}[kind](job)
     except BaseException as e:
         res = dict(status="runtime_error", reason="harness", message=f"{type(e).__name__}: {e}"[:300],
-                   log=kernels.trim_log(traceback.format_exc()))
+                   log=trim_log(traceback.format_exc()))
     left = sandbox.reap() if job["cfg"]["sandbox"] else []  # every process the job started dies with it
     if left and res.get("status") in ("ok", "built"):
         res = dict(status="runtime_error", reason="left_process",

@@ -2,7 +2,7 @@
 float64. Pure tensor functions, called by the worker (harness.py) and by the tests; nothing
 here runs candidate code.
 
-    err, tol = correctness.compare(out, ref32, ref64, allow_lowp=False, where="seed 0")  # or raises kernels.Reject
+    err, tol = correctness.compare(out, ref32, ref64, allow_lowp=False, where="seed 0")  # or raises Reject
 """
 import contextlib
 import copy
@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-import kernels
+from .verdicts import Reject
 
 
 def tensors(x):
@@ -164,43 +164,43 @@ def compare(out, ref32, ref64, allow_lowp, where):
     eager reference's own error where the task is ill-conditioned."""
     if isinstance(ref32, (list, tuple)):
         if not isinstance(out, (list, tuple)) or len(out) != len(ref32):
-            raise kernels.Reject("incorrect", "shape_mismatch", f"expected {len(ref32)} outputs ({where})")
+            raise Reject("incorrect", "shape_mismatch", f"expected {len(ref32)} outputs ({where})")
         res = [compare(o, a, b, allow_lowp, where) for o, a, b in zip(out, ref32, ref64)]
         return max(r[0] for r in res), min(r[1] for r in res)
     if not isinstance(ref32, torch.Tensor):
         if out != ref32:
-            raise kernels.Reject("incorrect", "mismatch", f"expected {ref32!r}, got {out!r} ({where})")
+            raise Reject("incorrect", "mismatch", f"expected {ref32!r}, got {out!r} ({where})")
         return 0.0, 0.0
     if not isinstance(out, torch.Tensor):
-        raise kernels.Reject("incorrect", "not_a_tensor", f"output is a {type(out).__name__}, not a tensor ({where})")
+        raise Reject("incorrect", "not_a_tensor", f"output is a {type(out).__name__}, not a tensor ({where})")
     if type(out) is not torch.Tensor:
-        raise kernels.Reject("rejected", "tensor_subclass",
+        raise Reject("rejected", "tensor_subclass",
                      f"output is a {type(out).__name__}, a torch.Tensor subclass (lazy or deferred output)")
     if out.device != ref32.device:
-        raise kernels.Reject("incorrect", "device_mismatch", f"output on {out.device}, expected {ref32.device}")
+        raise Reject("incorrect", "device_mismatch", f"output on {out.device}, expected {ref32.device}")
     if out.shape != ref32.shape:
-        raise kernels.Reject("incorrect", "shape_mismatch", f"output shape {tuple(out.shape)}, expected {tuple(ref32.shape)}")
+        raise Reject("incorrect", "shape_mismatch", f"output shape {tuple(out.shape)}, expected {tuple(ref32.shape)}")
     if out.dtype != ref32.dtype:
-        raise kernels.Reject("incorrect", "dtype_mismatch", f"output dtype {out.dtype}, expected {ref32.dtype}")
+        raise Reject("incorrect", "dtype_mismatch", f"output dtype {out.dtype}, expected {ref32.dtype}")
     if out.numel() and out.untyped_storage().data_ptr() == 0:
-        raise kernels.Reject("rejected", "no_storage", "output tensor has no storage")
+        raise Reject("rejected", "no_storage", "output tensor has no storage")
     if not ref32.dtype.is_floating_point:
         if not torch.equal(out, ref32):
-            raise kernels.Reject("incorrect", "mismatch", f"integer output differs from the reference ({where})")
+            raise Reject("incorrect", "mismatch", f"integer output differs from the reference ({where})")
         return 0.0, 0.0
     n_poison = _poisoned(out) - _poisoned(ref32)
     if n_poison > 0:
-        raise kernels.Reject("rejected", "unwritten_output",
+        raise Reject("rejected", "unwritten_output",
                      f"{n_poison} of {out.numel()} output elements were never written ({where})")
     err, ref_err = rel_errs(ref64, out, ref32)
     tol = max(_base_tol(ref32.dtype, allow_lowp), 10 * ref_err)
     if err == float("inf"):
-        raise kernels.Reject("incorrect", "nan", f"output has NaN/inf where the reference has none ({where})", err=err, tol=tol)
+        raise Reject("incorrect", "nan", f"output has NaN/inf where the reference has none ({where})", err=err, tol=tol)
     if err > tol:
         if ref32.dtype in (torch.float32, torch.float64) and err <= LOWP_LIMIT and not allow_lowp:
-            raise kernels.Reject("rejected", "precision", f"error {err:.2e} exceeds the {ref32.dtype} tolerance "
+            raise Reject("rejected", "precision", f"error {err:.2e} exceeds the {ref32.dtype} tolerance "
                          f"{tol:.1e}: consistent with fp16/bf16/TF32 arithmetic ({where})", err=err, tol=tol)
-        raise kernels.Reject("incorrect", "mismatch", f"max relative error {err:.2e} > tolerance {tol:.1e} ({where})",
+        raise Reject("incorrect", "mismatch", f"max relative error {err:.2e} > tolerance {tol:.1e} ({where})",
                      err=err, tol=tol)
     return err, tol
 

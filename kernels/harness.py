@@ -23,15 +23,9 @@ import warnings
 
 import torch
 
-import builds
-import correctness
-import gate
-import guards
-import kernels
-import sandbox
-import timing
-from correctness import tensors
-from kernels import Reject
+from . import builds, correctness, gate, guards, sandbox, timing, verdicts
+from .correctness import tensors
+from .verdicts import Reject, trim_log
 
 # Host memory the reference models built ahead (Harness.prebuild) may take per worker.
 PREBUILD_BYTES = 2 << 30
@@ -40,7 +34,7 @@ PREBUILD_BYTES = 2 << 30
 def classify(exc, where):
     """An exception from candidate code -> Reject with a specific reason."""
     text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, kernels.BuildError):
+    if isinstance(exc, builds.BuildError):
         return Reject("compile_error", "build_failed", "compilation failed", log=str(exc))
     if isinstance(exc, SyntaxError):
         return Reject("compile_error", "syntax_error", f"syntax error at line {exc.lineno}: {exc.msg}")
@@ -303,7 +297,7 @@ class Harness:
         the synchronize: what the caller's stream saw when forward returned). self.left: the
         candidate's threads still running when it returned."""
         label = "ModelNew.forward after timing" if where == "after timing" else "ModelNew.forward"
-        before = kernels.KERNEL_CALLS[0]
+        before = builds.KERNEL_CALLS[0]
         with self.calling():
             try:
                 with self.candidate_flags(f"ModelNew.forward, {where}"):
@@ -315,7 +309,7 @@ class Harness:
                 raise
             except Exception as e:
                 raise classify(e, label) from e
-        self.calls += kernels.KERNEL_CALLS[0] - before
+        self.calls += builds.KERNEL_CALLS[0] - before
         return (out, snap) if snapshot else out
 
     # -- the candidate -----------------------------------------------------------------
@@ -330,8 +324,8 @@ class Harness:
             ("Stream", torch.cuda.Stream), ("nn.Module", torch.nn.Module),
             ("time", sys.modules["time"]), ("torch.testing", torch.testing),
             ("task", self.task), ("Model", self.task.Model), ("harness", sys.modules[__name__]),
-            ("correctness", correctness), ("timing", timing), ("guards", guards), ("kernels", kernels),
-            ("builds", builds),
+            ("correctness", correctness), ("timing", timing), ("guards", guards), ("kernels", sys.modules["kernels"]),
+            ("builds", builds), ("verdicts", verdicts),
             # the way the verdict travels back to the Evaluator
             ("Connection", multiprocessing.connection.Connection),
             ("ForkingPickler", multiprocessing.reduction.ForkingPickler)])
@@ -594,7 +588,7 @@ def run_job(job):
             # out of memory: "oom", which the Evaluator judges again alone if the GPU was shared
             return dict(status="task_error", reason="oom" if classify(e, "").reason == "oom" else "reference_failed",
                         message=f"the reference failed: {type(e).__name__}: {str(e)[:300]}",
-                        log=kernels.trim_log(traceback.format_exc()))
+                        log=trim_log(traceback.format_exc()))
         try:
             h.gate.pause_point()
             h.load_candidate()
@@ -627,13 +621,13 @@ def run_job(job):
             res["seconds"] = dict(load=t1 - t0 - p1, check=t2 - t1 - (p2 - p1) + h.clock() - t4,
                                   time=t3 - t2 - wait, wait=h.gate.paused + wait)
         except Reject as r:
-            res = dict(status=r.status, reason=r.reason, message=r.message, log=kernels.trim_log(r.extra.get("log", "")))
+            res = dict(status=r.status, reason=r.reason, message=r.message, log=trim_log(r.extra.get("log", "")))
             if "err" in r.extra:
                 res.update(max_err=r.extra["err"], tol=r.extra["tol"])
         except BaseException as e:  # SystemExit, KeyboardInterrupt raised by candidate code
             r = classify(e, "evaluation")
             res = dict(status=r.status, reason=r.reason, message=r.message,
-                       log=kernels.trim_log(_candidate_traceback(e, os.path.join(h.workdir, "candidate.py"))))
+                       log=trim_log(_candidate_traceback(e, os.path.join(h.workdir, "candidate.py"))))
     res.setdefault("max_err", h.max_err)
     res.setdefault("tol", h.tol)
     res.update(flags=h.flags, kernel_calls=h.calls, set_flags={k: str(v) for k, v in h.own_flags.items()})
@@ -649,7 +643,7 @@ def reference_job(job):
         except Exception as e:
             r = classify(e, "the reference")
             return dict(status="task_error", reason=r.reason, message=r.message,
-                        log=kernels.trim_log(traceback.format_exc()))
+                        log=trim_log(traceback.format_exc()))
     shapes = [tuple(t.shape) for t in tensors(out)]
     return dict(status="ok", ref_ms=ms, message=f"output {shapes}")
 
@@ -666,5 +660,5 @@ def compile_job(job):
         r = classify(e, "import")
         if r.status == "compile_error":
             return dict(status=r.status, reason=r.reason, message=r.message,
-                        log=kernels.trim_log(r.extra.get("log") or _candidate_traceback(e, path)))
+                        log=trim_log(r.extra.get("log") or _candidate_traceback(e, path)))
     return dict(status="built")

@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-import kernels
+from .builds import KERNEL_CALLS
 
 
 def flag_table():
@@ -107,7 +107,7 @@ class Counted:
             return v
 
         def counted(*args, **kwargs):
-            kernels.KERNEL_CALLS[0] += 1
+            KERNEL_CALLS[0] += 1
             return v(*args, **kwargs)
         return counted
 

@@ -12,12 +12,12 @@ import random
 
 import torch
 
-import kernels
-from correctness import tensors
+from .verdicts import median
+from .correctness import tensors
 
 
 def _spread(xs):
-    return (max(xs) - min(xs)) / kernels.median(xs) if xs and kernels.median(xs) > 0 else 0.0
+    return (max(xs) - min(xs)) / median(xs) if xs and median(xs) > 0 else 0.0
 
 
 def run_timing(h, ref, new):
@@ -67,8 +67,8 @@ def run_timing(h, ref, new):
             rng.shuffle(pair)
             for fn, acc in pair:
                 acc.append(timed(fn))
-        rr.append(kernels.median(tr))
-        rn.append(kernels.median(tn))
+        rr.append(median(tr))
+        rn.append(median(tn))
 
     t0 = h.clock()
     timed(ref_fn), timed(new)  # warm-up: lazy initialization, autotuning, caches
@@ -79,7 +79,7 @@ def run_timing(h, ref, new):
         one_round(1, er, en)
         est, n = [er[0], en[0]], 1
     else:
-        est, n = [kernels.median([timed(fn) for _ in range(3)]) for fn in (ref_fn, new)], 3
+        est, n = [median([timed(fn) for _ in range(3)]) for fn in (ref_fn, new)], 3
     # one timed pair as the host sees it (flush, synchronize, bookkeeping included): rounds
     # are sized on this, so that a round of tiny kernels lasts round_seconds too
     pair_ms = max(sum(est), (h.clock() - t0) * 1e3 / n)
@@ -93,7 +93,7 @@ def run_timing(h, ref, new):
     slow = runs * pair_ms > 2e3 * cfg["round_seconds"]
     if slow:
         runs, rounds = max(1, int(fit)), min(3, rounds)
-    suspicious = lambda rr, rn: kernels.median(rr) / kernels.median(rn) > cfg["suspicious_speedup"]
+    suspicious = lambda rr, rn: median(rr) / median(rn) > cfg["suspicious_speedup"]
     speedups = lambda rr, rn: [a / b for a, b in zip(rr, rn)]  # one per round
     rr, rn, t0 = [], [], h.clock()
     if slow and slow_cold and runs == 1:  # the estimate was such a round: it counts, and a
@@ -109,10 +109,10 @@ def run_timing(h, ref, new):
                 and h.clock() - t0 < 4 * planned:
             one_round(runs, rr, rn)
     if suspicious(rr, rn):  # implausible: measured again, twice as long, and that counts
-        h.notes.append(f"speedup {kernels.median(rr) / kernels.median(rn):.1f}x re-measured")
+        h.notes.append(f"speedup {median(rr) / median(rn):.1f}x re-measured")
         rr, rn = [], []
         while len(rr) < rounds:
             one_round(2 * runs, rr, rn)
     h.check_forward(new, "timing")
     h.integrity("timing")
-    return kernels.median(rr), kernels.median(rn), _spread(speedups(rr, rn))
+    return median(rr), median(rn), _spread(speedups(rr, rn))
