@@ -944,7 +944,7 @@ def test_without_root_the_network_is_cut_through_a_user_namespace():
         pytest.skip("needs root, setpriv and a system python to become nobody")
     d = tempfile.mkdtemp()
     try:
-        shutil.copy(os.path.join(HERE, "sandbox.py"), d)
+        shutil.copy(os.path.join(HERE, "kernels", "sandbox.py"), d)  # standard library only
         os.chmod(d, 0o755)
         r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c",
                             "import json, sandbox; print(json.dumps(sandbox.probe()))"],
@@ -1674,9 +1674,9 @@ def test_sft_resumes_after_ctrl_c(pipeline, tmp_path):
     base = tmp_path / "small" / "sft"
     base.mkdir(parents=True)
     shutil.copy(os.path.join(out, "small", "sft", "data.jsonl"), base / "data.jsonl")
-    common = [a for a in argv if not a.startswith(("--out", "--epochs"))] + \
+    cmd = [a for a in argv if not a.startswith(("--out", "--epochs"))] + \
         [f"--out={tmp_path}", "--epochs=12", "--log_every=1", "--ckpt_every=1000"]
-    p = subprocess.Popen([sys.executable, "sft.py", *read_only("sft.py", common)], cwd=HERE, stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "sft.py", *read_only("sft.py", cmd)], cwd=HERE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True,
                          preexec_fn=_ctrl_c_reaches)
     for line in p.stdout:
@@ -1688,7 +1688,7 @@ def test_sft_resumes_after_ctrl_c(pipeline, tmp_path):
     assert p.returncode == 1 and m, err[-2000:]
     step = int(m.group(1))
     assert step >= 3 and common.has_checkpoint(str(base)) and not common.is_done(str(base))
-    stdout = run_script("sft.py", common)
+    stdout = run_script("sft.py", cmd)
     assert f"resuming from step {step}" in stdout and common.is_done(str(base))
     log = [json.loads(line)["step"] for line in open(base / "log.jsonl")]
     assert log[-1] > step and log == sorted(set(log)), log  # no step trained twice, none skipped at the end
