@@ -5,6 +5,7 @@ import torch.nn as nn
 
 EXPECT = "rejected/harness_patched"
 TASK = "gelu"
+STATIC = True  # the static check (kernels/static.py) finds it too
 
 torch.cuda.synchronize = lambda device=None: None
 

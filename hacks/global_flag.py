@@ -4,6 +4,7 @@ import torch.nn as nn
 
 EXPECT = "rejected/global_flag"
 TASK = "gelu"
+STATIC = True  # the static check (kernels/static.py) finds it too
 
 
 class ModelNew(nn.Module):

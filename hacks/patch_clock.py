@@ -6,6 +6,7 @@ import torch.nn as nn
 
 EXPECT = "rejected/harness_patched"
 TASK = "gelu"
+STATIC = True  # the static check (kernels/static.py) finds it too
 
 _real = time.perf_counter
 _calls = [0]

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 EXPECT = "rejected/harness_patched"
 TASK = "gelu"
+STATIC = True  # the static check (kernels/static.py) finds it too
 
 checks = sys.modules.get("kernels.correctness")
 if checks is not None:

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 EXPECT = "rejected/harness_patched"
 TASK = "gelu"
+STATIC = True  # the static check (kernels/static.py) finds it too
 
 _gelu = F.gelu
 

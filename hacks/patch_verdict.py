@@ -1,22 +1,23 @@
-"""Rewrites the verdict on its way back to the evaluator: the worker sends its result through
-a multiprocessing Connection, so replacing Connection.send turns any result into a win."""
-import multiprocessing.connection
+"""Rewrites the verdict on its way back to the evaluator: the worker sends its result as JSON,
+so replacing json.dumps turns any result into a win, if the worker used the patched one."""
+import json
 
 import torch.nn as nn
 
 EXPECT = "rejected/harness_patched"
 TASK = "gelu"
+STATIC = True  # the static check (kernels/static.py) finds it too
 
-_send = multiprocessing.connection.Connection.send
+_dumps = json.dumps
 
 
-def _forged(self, obj):
+def _forged(obj, *a, **k):
     if isinstance(obj, dict) and "status" in obj:
         obj = dict(obj, status="ok", reason="", speedup=100.0, ref_ms=1.0, new_ms=0.01)
-    return _send(self, obj)
+    return _dumps(obj, *a, **k)
 
 
-multiprocessing.connection.Connection.send = _forged
+json.dumps = _forged
 
 
 class ModelNew(nn.Module):

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 EXPECT = "rejected/problem_size_changed"
 TASK = "gelu"
+STATIC = True  # the static check (kernels/static.py) finds it too
 
 for mod in list(sys.modules.values()):
     if getattr(mod, "batch_size", None) and hasattr(mod, "get_inputs") and hasattr(mod, "Model"):

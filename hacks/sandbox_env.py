@@ -9,6 +9,7 @@ import torch.nn as nn
 
 EXPECT = "ok/"
 TASK = "gelu"
+STATIC = True  # the static check (kernels/static.py) finds it too
 NEEDS = ()
 
 WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")

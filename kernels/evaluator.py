@@ -11,7 +11,7 @@ import tempfile
 import config
 import taskset
 
-from . import gate, sandbox
+from . import gate, sandbox, static
 from .builds import cache_root
 from .verdicts import Verdict, trim_log, unusable
 
@@ -66,6 +66,12 @@ class Evaluator:
         # all jobs and written only before a job's candidate code runs (harness.py)
         self.reference_cache = os.path.join(self.cache, "reference-compile")
         os.makedirs(self.reference_cache, exist_ok=True)
+        # what a job must not see (sandbox.enter covers them; its own folders stay): the other
+        # jobs' folders, the other programs' builds, the forkserver's socket (which forks on
+        # anyone's request), the runs' saved results and the project's
+        project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.hidden = [self.tmp, os.path.join(self.cache, "programs"), sandbox.forkserver_folder(),
+                       os.path.abspath(self.cfg["out"]), os.path.join(project, "results")]
         cores = sorted(os.sched_getaffinity(0))
         if self.backend == "cuda":
             import torch
@@ -150,7 +156,7 @@ class Evaluator:
                    TRITON_CACHE_DIR=os.path.join(own, "triton"), TORCHINDUCTOR_CACHE_DIR=os.path.join(own, "inductor"),
                    HOME=workdir, TMPDIR=workdir)
         return dict(task_code=task.code, task_hash=task.hash, code=code, source_hash=src_hash,
-                    reference_cache=self.reference_cache,
+                    reference_cache=self.reference_cache, hidden=[h for h in self.hidden if h],
                     backend=self.backend, cfg=self.cfg, workdir=workdir, env=env,
                     seed=int.from_bytes(os.urandom(3), "little"), task_name=task.name)
 
@@ -246,7 +252,10 @@ class Evaluator:
             r.conn.close()
         else:
             res = r.result
-            if res is not None:  # it exits by itself now; the scheduler does not wait for that
+            if res is not None and res.get("reason") == "protocol":  # a forger: no grace
+                self._kill(r)
+                r.conn.close()
+            elif res is not None:  # it exits by itself now; the scheduler does not wait for that
                 self._exiting.append((r, gate.now() + 30))
             else:
                 r.proc.join(30)
@@ -264,7 +273,8 @@ class Evaluator:
         return res
 
     def _precheck(self, task, code):
-        """Verdicts that need no worker: no code, unparsable code, no ModelNew."""
+        """Verdicts that need no worker: no code, unparsable code, no ModelNew, a static check
+        that finds the candidate reaching for the evaluator (static.py)."""
         if code is None:
             return dict(status="compile_error", reason="no_code", message="the solution has no code")
         try:
@@ -274,6 +284,10 @@ class Evaluator:
                         message=f"syntax error at line {e.lineno}: {e.msg}")
         if "ModelNew" not in names:
             return dict(status="compile_error", reason="no_modelnew", message="the solution defines no ModelNew")
+        found = static.check(code) if self.cfg["static_check"] else []
+        if found:
+            return dict(status="rejected", reason="static_check", message="; ".join(
+                f"line {n}: {what}" for n, what in found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else ""))
         return None
 
     def evaluate(self, pairs, progress=None, desc="evaluating"):

@@ -31,6 +31,8 @@ import signal
 import subprocess
 import time
 
+from . import verdicts
+
 # Captured at import, before any candidate runs, like the result path in worker.py.
 _READ, _SELECT, _AFFINITY = os.read, select.select, os.sched_setaffinity
 
@@ -182,6 +184,8 @@ class Running:
         self.trace = None  # a list to append (time, GPU, worker pid, new state) to, or None
         self.group = None  # its job's control group (sandbox.JobGroup), or None
         self.host = None  # inside WorkerGate.host_only: "stop" (may be stopped anywhere), "run" (may go on)
+        self.fd, self.buf = conn.fileno(), b""
+        os.set_blocking(self.fd, False)
 
     @property
     def held(self):
@@ -189,13 +193,31 @@ class Running:
         return self.stopped or self.state in ("paused", "wait")
 
     def receive(self):
-        """Read what the worker sent: its result, a deadline for the candidate call it is
-        entering (("call", seconds)) or leaving (("call", None)), or a gate message.
-        -> True once it is done."""
+        """Read what the worker sent (verdicts.decode: JSON frames, read without blocking, so a
+        half-written frame cannot stall the Evaluator): its result, a deadline for the candidate
+        call it is entering (("call", seconds)) or leaving (("call", None)), or a gate message.
+        -> True once it is done. A message outside the schema ends the job: rejected/protocol."""
+        eof = False
         try:
-            while self.conn.poll():
-                msg = self.conn.recv()
-                if isinstance(msg, tuple) and msg[:1] == ("call",):
+            while len(self.buf) <= verdicts.MAX_MESSAGE + 4:
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    eof = True
+                    break
+                self.buf += chunk
+        except BlockingIOError:
+            pass
+        except OSError:  # the worker died; its exit code tells the rest
+            eof = True
+        try:
+            msgs, self.buf = verdicts.decode(self.buf)
+            if eof and self.buf and not any(isinstance(m, dict) for m in msgs):
+                raise verdicts.ProtocolError(f"a frame cut short ({len(self.buf)} bytes)")
+            for msg in msgs:
+                if isinstance(msg, dict):
+                    self.result = verdicts.check_result(self.kind, msg)
+                    return True
+                if msg[0] == "call":
                     self.call_limit = msg[1]
                     self.deadline = self.job_deadline if msg[1] is None else min(self.job_deadline, now() + msg[1])
                 elif msg == ("acquire",):
@@ -211,14 +233,11 @@ class Running:
                 elif msg == ("device",):
                     self.host = None
                     self.tell(b"D")  # it waits for this before any GPU work
-                elif isinstance(msg, tuple):
-                    continue  # nothing else is a result
-                else:
-                    self.result = msg
-                    return True
-        except (EOFError, OSError):  # the worker died; its exit code tells the rest
+        except verdicts.ProtocolError as e:
+            self.result = dict(status="rejected", reason="protocol", message=(
+                f"the worker's channel to the evaluator carried {e}: only the harness may write on it"))
             return True
-        return False
+        return eof
 
     def _set(self, state=None, stopped=None):
         """A change of state or of stopped; the time a worker was held (not running) is

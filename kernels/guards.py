@@ -62,19 +62,26 @@ INHERITED = object()  # a class attribute found on a base class, not on the clas
 
 
 def snapshot(objs):
-    """Identity of every callable attribute of the given objects: the harness's clocks,
-    synchronisation, comparisons, torch's namespace and the reference module. For a class,
-    the names it inherits too: defining one on the class later shadows the base's."""
+    """Identity of every callable attribute of the given objects, and of the code each runs:
+    the harness's clocks, synchronisation, comparisons, torch's namespace, the reference's
+    module classes. For a class, the names it inherits too: defining one on the class later
+    shadows the base's. The code object is kept because replacing a function's __code__
+    changes what it does while its identity stays."""
     snap = {}
     for label, obj in objs:
         for k, v in list(vars(obj).items()):
             if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
-                snap[(label, k)] = (obj, v)
+                snap[(label, k)] = (obj, v, _code(v))
         if isinstance(obj, type):
             for k in dir(obj):
                 if k not in vars(obj) and callable(getattr(obj, k, None)):
-                    snap[(label, k)] = (obj, INHERITED)
+                    snap[(label, k)] = (obj, INHERITED, None)
     return snap
+
+
+def _code(v):
+    f = getattr(v, "__func__", v)  # a method, staticmethod or classmethod: its function
+    return getattr(f, "__code__", None)
 
 
 def torch_wrapper(new, old):
@@ -91,8 +98,27 @@ TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def patched(snap):
-    return [f"{label}.{k}" for (label, k), (obj, v) in snap.items()
-            if vars(obj).get(k, INHERITED) is not v and not torch_wrapper(vars(obj).get(k), v)]
+    return [f"{label}.{k}" for (label, k), (obj, v, code) in snap.items()
+            if (vars(obj).get(k, INHERITED) is not v and not torch_wrapper(vars(obj).get(k), v))
+            or (code is not None and _code(v) is not code)]
+
+
+def interpreter_hooks():
+    """What the interpreter runs besides the program: trace and profile functions (this
+    thread's and those given to new threads), signal handlers, interval timers. A hook that
+    busy-waits while the reference runs slows it down unseen in the output."""
+    import signal
+    timers = tuple(signal.getitimer(t) != (0.0, 0.0) for t in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL,
+                                                                   signal.ITIMER_PROF))
+    handlers = tuple(signal.getsignal(s) for s in sorted(signal.valid_signals())
+                     if s not in (signal.SIGKILL, signal.SIGSTOP))
+    return dict(trace=sys.gettrace(), profile=sys.getprofile(), thread_trace=getattr(threading, "_trace_hook", None),
+                thread_profile=getattr(threading, "_profile_hook", None), timers=timers, handlers=handlers)
+
+
+def changed_hooks(before):
+    now = interpreter_hooks()
+    return [k for k in before if now[k] != before[k]]
 
 
 class Counted:

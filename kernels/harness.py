@@ -10,8 +10,6 @@ runs candidate code; worker.py runs one of these jobs per worker process:
 import ast
 import contextlib
 import importlib.util
-import multiprocessing.connection
-import multiprocessing.reduction
 import os
 import re
 import subprocess
@@ -170,6 +168,9 @@ class Harness:
         out = ref(*xs)
         self.sync()
         self.out_specs = [(t.numel() * t.element_size(), t.dtype) for t in tensors(out)]
+        # the classes the reference runs through (nn.Linear, ...): watched like torch's own
+        self.ref_classes = {c for m in ref.modules() for c in type(m).__mro__
+                            if isinstance(c, type) and issubclass(c, torch.nn.Module)}
         return ref, xs, out, (self.clock() - t0) * 1e3
 
     def inputs(self, seed, fenced=False):
@@ -327,9 +328,12 @@ class Harness:
             ("correctness", correctness), ("timing", timing), ("guards", guards), ("kernels", sys.modules["kernels"]),
             ("builds", builds), ("verdicts", verdicts),
             # the way the verdict travels back to the Evaluator
-            ("Connection", multiprocessing.connection.Connection),
-            ("ForkingPickler", multiprocessing.reduction.ForkingPickler)])
+            ("json", sys.modules["json"]), ("json.encoder", sys.modules["json.encoder"]),
+            # the harness's own state (its clock, say) and the reference's building blocks
+            ("harness instance", self)] + [(f"{c.__module__}.{c.__qualname__}", c)
+                                           for c in sorted(getattr(self, "ref_classes", ()), key=str)])
         self.hooks0 = self._global_hooks()
+        self.interp0 = guards.interpreter_hooks()
         path = os.path.join(self.workdir, "candidate.py")
         try:
             with self.candidate_flags("import"):
@@ -387,6 +391,11 @@ class Harness:
                          f"({alive[0].name}) after {where}")
         if self._global_hooks() != self.hooks0:
             raise Reject("rejected", "forward_hook", f"candidate registered global module hooks ({where})")
+        hooks = guards.changed_hooks(self.interp0)
+        if hooks:
+            raise Reject("rejected", "interpreter_hook", f"candidate installed interpreter hooks: {', '.join(hooks)} "
+                         f"(trace, profile, signal handlers or interval timers run code beside the harness; "
+                         f"during {where})")
 
     def candidate_threads(self):
         """Threads the candidate started that are still running (not a library's helpers)."""
@@ -457,6 +466,7 @@ def run_checks(h):
             had64 = ref64 is not None
             h.gate.pause_point()
             r32, r64, ref64 = correctness.reference_outputs(ref, ref64, clones)
+
             if had64 and ref64 is None and h.cuda:  # no float64 kernel: give its memory back
                 torch.cuda.empty_cache()
             fp, rp = correctness.fingerprint(out), correctness.fingerprint(r32)
@@ -471,6 +481,12 @@ def run_checks(h):
                     raise
                 new, err, tol = with_reference_weights(h, ref, seed, clones, r32, r64, where, failure)
                 retried = True
+            # right, but the output is an input handed back: right only where the op is the
+            # identity on these inputs (a ReLU of torch.rand), so no work was done; the
+            # reference's own view of an input is the one honest case
+            if _storage_shared(out, xs) and not _storage_shared(r32, clones):
+                raise Reject("rejected", "aliased_input", "the output is an input tensor's own storage, where the "
+                             f"reference computes a new tensor: the work was skipped ({where})")
             if any(t.untyped_storage().data_ptr() == p.untyped_storage().data_ptr()
                    for t in tensors(out) for p in held if t.numel()):
                 reused_output(h, where)
@@ -521,6 +537,11 @@ def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
     if "init_mismatch" not in h.flags:
         h.flags.append("init_mismatch")
     return new, err, tol
+
+
+def _storage_shared(out, xs):
+    ptrs = {x.untyped_storage().data_ptr() for x in xs if isinstance(x, torch.Tensor) and x.numel()}
+    return any(t.numel() and t.untyped_storage().data_ptr() in ptrs for t in tensors(out))
 
 
 def reused_output(h, where):

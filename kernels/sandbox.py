@@ -42,6 +42,8 @@ KEEP_PREFIXES = ("CUDA", "NVIDIA_", "NVCC", "CUDNN", "KERNELS_", "CUDAL1_", "TOR
 _libc = ctypes.CDLL(None, use_errno=True)
 _NR = dict(landlock_create_ruleset=444, landlock_add_rule=445, landlock_restrict_self=446)  # x86_64 and arm64
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, CLONE_NEWNET, CLONE_NEWUSER = 38, 36, 0x40000000, 0x10000000
+CLONE_NEWNS, MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x20000, 1, 2, 4, 4096, 16384, 1 << 18
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2
 
 
 def minimal_env(env=None):
@@ -54,16 +56,28 @@ _SECRETS = None
 
 def redact(text):
     """text with every value of this process's environment that workers do not get (keys,
-    tokens, anything else) replaced: a candidate that found one cannot carry it out in its
-    verdict's message or log."""
+    tokens, anything else) replaced, as written and in the encodings a candidate would reach
+    for (reversed, hex, base64 at each of its three alignments): a candidate that found one
+    cannot carry it out in its verdict's message or log."""
     global _SECRETS
     if _SECRETS is None:
         kept = minimal_env()
-        _SECRETS = sorted({v for k, v in os.environ.items() if k not in kept and len(v) >= 8}, key=len, reverse=True)
+        values = {v for k, v in os.environ.items() if k not in kept and len(v) >= 8}
+        _SECRETS = sorted({f for v in values for f in _encodings(v)}, key=len, reverse=True)
     for s in _SECRETS:
         if s in text:
             text = text.replace(s, "<redacted>")
     return text
+
+
+def _encodings(value):
+    """value, reversed, in hex, and for each of the three offsets it may start at, the part of
+    its base64 that does not depend on what stands before or after it."""
+    import base64
+    raw = value.encode()
+    cores = {enc(b"\0" * pad + raw).decode()[(4 * pad + 2) // 3 + 1:-4]  # neighbours' characters dropped
+             for pad in range(3) for enc in (base64.b64encode, base64.urlsafe_b64encode)}
+    return {value, value[::-1], raw.hex(), raw.hex().upper()} | {c for c in cores if len(c) >= 8}
 
 
 def redact_result(res):
@@ -109,9 +123,21 @@ def start_forkserver():
 _REPORTED = False
 
 
-def _landlock(writable):
+def forkserver_folder():
+    """The folder of multiprocessing's forkserver socket, which forks a process for anyone who
+    connects (outside every box), or None when it listens on an abstract address."""
+    from multiprocessing import forkserver
+    address = forkserver._forkserver._forkserver_address
+    return os.path.dirname(address) if isinstance(address, str) and address.startswith("/") else None
+
+
+def _landlock(writable, scope=True):
     """Confine writes (create, write, truncate, remove, rename, link) to `writable` folders;
-    reads and execution stay open. -> the Landlock ABI version, or raise OSError."""
+    reads and execution stay open. From Landlock ABI 6 (Linux 6.12) also scope signals and
+    abstract Unix sockets to the job's own processes: no signal to the Evaluator, a sibling
+    worker or anything else outside, no connection to a listener outside.
+    scope=False (a later, narrower ruleset): the scope stays the first ruleset's, so the
+    worker still reaps what it started before. -> the Landlock ABI version, or raise OSError."""
     syscall = _libc.syscall
     syscall.restype = ctypes.c_long
     abi = syscall(_NR["landlock_create_ruleset"], None, ctypes.c_size_t(0), ctypes.c_uint32(1))
@@ -122,8 +148,11 @@ def _landlock(writable):
         handled |= 1 << 13                                      # REFER (rename, link across folders)
     if abi >= 3:
         handled |= 1 << 14                                      # TRUNCATE
-    attr = ctypes.c_uint64(handled)                             # landlock_ruleset_attr, first field only
-    fd = syscall(_NR["landlock_create_ruleset"], ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    # landlock_ruleset_attr: handled_access_fs, handled_access_net, scoped (ABI 6: abstract
+    # Unix sockets, signals); older kernels take the first field alone
+    attr = (ctypes.c_uint64 * 3)(handled, 0, (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if scope else 0)
+    size = 24 if abi >= 6 else 8
+    fd = syscall(_NR["landlock_create_ruleset"], ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if fd < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
 
@@ -150,26 +179,89 @@ def _landlock(writable):
     return abi
 
 
-def enter(workdir, writable=(), groups=None):
+def enter(workdir, writable=(), groups=None, hidden=()):
     """Box the calling worker: into its job's control groups (JobGroup.dirs), a child
-    subreaper, working directory `workdir`, no network, writes only under workdir, `writable`
-    and /dev (GPU device files, shared memory). -> {protection: True, or why it is missing}."""
+    subreaper, no network, mounts of its own (a fresh /dev/shm; the folders in `hidden`
+    covered, but for workdir and `writable` beneath them), working directory `workdir`,
+    writes only under workdir, `writable` and /dev (GPU device files, shared memory), and no
+    signal or abstract socket beyond its own processes.
+    -> {protection: True, or why it is missing}."""
     got = {}
     for d in set((groups or {}).values()):  # first: joining writes outside the folders allowed below
         try:
             _write(d, "cgroup.procs", os.getpid())
         except OSError as e:
             got["limits"] = f"joining {d}: {e}"
-    os.chdir(workdir)
     got["processes"] = _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 or \
         f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}"
     got["network"] = _no_network()
+    got["private mounts"] = _private_mounts(hidden, [workdir, *writable])  # before Landlock, which forbids mounts
+    os.chdir(workdir)
     try:
-        _landlock([workdir, *writable, "/dev"])
+        abi = _landlock([workdir, *writable, "/dev"])
         got["files"] = True
+        got["signals"] = abi >= 6 or f"Landlock ABI {abi} (scoped signals need 6: Linux 6.12)"
     except (OSError, AttributeError) as e:
-        got["files"] = f"Landlock: {e}"
+        got["files"] = got["signals"] = f"Landlock: {e}"
     return got
+
+
+def _mount(src, target, fstype, flags, data=None):
+    enc = (lambda x: None if x is None else x.encode())
+    if _libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
+
+
+def _mask_processes():
+    """The /proc folder of every other process alive now (the evaluator and its ancestors,
+    which hold the user's secrets in /proc/<pid>/environ, and any other) covered in this
+    mount namespace by an empty, read-only one, with its threads' (/proc/<tid> opens too).
+    Spared: the sibling workers (minimal environments; their threads are most threads here)
+    and kernel threads. A process started later is not covered (EVAL.md, "Known limits")."""
+    empty = "/dev/shm/.masked"
+    os.mkdir(empty, 0)
+    _mount("tmpfs", empty, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=0")
+    spared = {os.getpid(), 2}  # 2: kthreadd, the kernel threads' parent
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in spared:
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid in (os.getppid(), 2):  # a sibling (the forkserver's child), a kernel thread
+                continue
+            ids = [t for t in os.listdir(f"/proc/{name}/task") if t != name] + [name]
+            for i in ids:  # threads before their process, whose folder holds theirs
+                _mount(empty, f"/proc/{i}", None, MS_BIND)
+        except OSError:
+            pass  # gone meanwhile
+
+
+def _private_mounts(hidden, keep):
+    """A mount namespace of this thread's own (every process it starts shares it): a fresh
+    /dev/shm, so whatever the job leaves there goes with it; every other process's /proc
+    folder covered (_mask_processes); each folder in `hidden` (the
+    evaluator's job folders, other programs' builds, the forkserver's socket, saved results)
+    covered by an empty one, with the folders in `keep` beneath them bound back.
+    -> True, or why not (it needs root, or a user namespace: _no_network)."""
+    if _libc.unshare(CLONE_NEWNS) != 0:
+        return f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())} (needs root or a user namespace)"
+    try:
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host's view
+        held = {k: os.open(k, os.O_PATH | os.O_CLOEXEC) for k in keep if os.path.isdir(k)}
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        _mask_processes()
+        for h in hidden:
+            if os.path.isdir(h):
+                _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
+        for k, fd in held.items():  # a kept folder under a covered one: bound back where it was
+            if not os.path.isdir(k):
+                os.makedirs(k)
+                _mount(f"/proc/self/fd/{fd}", k, None, MS_BIND | MS_REC)
+            os.close(fd)
+        return True
+    except OSError as e:
+        return str(e)
 
 
 def _no_network():
@@ -204,7 +296,7 @@ def confine(writable):
     """Narrow a boxed worker's writable folders further (Landlock rulesets stack, so this
     never widens what enter allowed) -> True, or False where Landlock is missing."""
     try:
-        _landlock(list(writable))
+        _landlock(list(writable), scope=False)
         return True
     except (OSError, AttributeError):
         return False
@@ -524,6 +616,7 @@ def probe():
         import sys
         import tempfile
         dirs = [tempfile.mkdtemp(prefix="sandbox-probe-"), tempfile.mkdtemp(prefix="sandbox-outside-")]
+        open(os.path.join(dirs[1], "seen"), "w").close()  # the box must not see it (hidden)
         group = JobGroup("probe", pids=PROBE_PIDS, memory=1 << 30, cpu=1.0)
         try:
             r = subprocess.run([sys.executable, __file__, *dirs, json.dumps(group.dirs)],
@@ -558,7 +651,7 @@ WATCHED = []  # the job limits that hold here only because the evaluator watches
 def _probe_child(work, outside, groups):
     import json
     import socket
-    got = enter(work, groups=json.loads(groups))
+    got = enter(work, groups=json.loads(groups), hidden=[outside])
     kids, refused = [], 0
     for _ in range(2 * PROBE_PIDS):  # more processes than the probe's group allows
         try:
@@ -581,6 +674,14 @@ def _probe_child(work, outside, groups):
         except OSError as e:
             if e.errno != 101:  # ENETUNREACH: the empty namespace
                 got["network"] = f"connect gave {e} rather than network unreachable"
+    if got["signals"] is True:
+        try:
+            os.kill(os.getppid(), 0)
+            got["signals"] = "a signal to the process outside the box got through"
+        except PermissionError:
+            pass
+    if got["private mounts"] is True and os.path.exists(os.path.join(outside, "seen")):
+        got["private mounts"] = "a covered folder's file was still visible"
     if got["files"] is True:
         try:
             open(os.path.join(outside, "x"), "w").close()

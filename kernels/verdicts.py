@@ -5,6 +5,8 @@ so every other module of the evaluator, and the scripts, can import it.
     raise Reject("rejected", "side_stream", "work left running on a stream ...")
     v = Verdict(task, solution, "ok", speedup=2.1, ...)
 """
+import json
+import math
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -74,3 +76,87 @@ def unusable(task, solution, parsed):
     """The verdict for a model response with no usable code (prompts.Parsed: its reason and
     error); it never reaches a worker."""
     return Verdict(task, solution, "compile_error", parsed.reason, parsed.error)
+
+
+# ----------------------------------------------------------------------------------------
+# What a worker may send the Evaluator. A candidate runs in the worker and can write on its
+# pipe, so the messages are plain JSON of a fixed schema (never pickle: unpickling runs code),
+# read without blocking, and checked field by field; the verdict is composed from them here.
+
+MAX_MESSAGE = 1 << 20
+STATUSES = ("ok", "incorrect", "rejected", "runtime_error", "timeout", "compile_error", "task_error")
+# what each kind of job can report: a compile job only builds (its "ok" would be a forgery)
+JOB_STATUSES = dict(compile=("built", "compile_error", "runtime_error"),
+                    run=STATUSES, reference=("ok", "task_error", "runtime_error"))
+CONTROL = {"call": (int, float, type(None)), "acquire": None, "paused": None, "release": None,
+           "host": (bool,), "device": None}
+_NUM = (int, float, type(None))
+RESULT = dict(status=str, reason=str, message=str, log=str, speedup=_NUM, ref_ms=_NUM, new_ms=_NUM,
+              spread=_NUM, max_err=_NUM, tol=_NUM, flags=list, set_flags=dict, kernel_calls=int, seconds=dict)
+
+
+_DUMPS = json.dumps  # captured at import, before any candidate runs (worker.py captures encode)
+
+
+class ProtocolError(Exception):
+    """A worker's message outside the schema: the candidate wrote on the evaluator's pipe."""
+
+
+def encode(msg):
+    """A message -> one frame: a 4-byte big-endian length, then the JSON (the framing of
+    multiprocessing's Connection, so either end can also be a Connection)."""
+    data = _DUMPS(msg, allow_nan=True).encode()
+    return len(data).to_bytes(4, "big", signed=True) + data
+
+
+def decode(buf):
+    """bytes received so far -> (complete messages, the rest). Raises ProtocolError."""
+    out = []
+    while len(buf) >= 4:
+        n = int.from_bytes(buf[:4], "big", signed=True)
+        if not 0 <= n <= MAX_MESSAGE:
+            raise ProtocolError(f"a frame of {n} bytes")
+        if len(buf) < 4 + n:
+            break
+        try:
+            msg = json.loads(buf[4:4 + n].decode())
+        except ValueError as e:
+            raise ProtocolError(f"not JSON: {e}") from None
+        out.append(_checked(msg))
+        buf = buf[4 + n:]
+    return out, buf
+
+
+def _checked(msg):
+    if isinstance(msg, list) and msg and msg[0] in CONTROL:
+        want = CONTROL[msg[0]]
+        if (want is None and len(msg) == 1) or (want and len(msg) == 2 and isinstance(msg[1], want)):
+            return tuple(msg)
+        raise ProtocolError(f"a malformed {msg[0]!r} message")
+    if isinstance(msg, dict):
+        return msg
+    raise ProtocolError(f"a {type(msg).__name__} where a message or a result belongs")
+
+
+def check_result(kind, res):
+    """A worker's result -> the fields a Verdict takes, checked: known keys of the right
+    types, a status this kind of job can report, and for a timed success the speedup computed
+    here from the two times (never the worker's own number). Raises ProtocolError."""
+    bad = [k for k, v in res.items() if k not in RESULT or not isinstance(v, RESULT[k])]
+    if bad:
+        raise ProtocolError(f"unknown or mistyped result fields: {', '.join(sorted(bad))[:200]}")
+    if res.get("status") not in JOB_STATUSES[kind]:
+        raise ProtocolError(f"status {str(res.get('status'))[:40]!r} from a {kind} job")
+    if not all(isinstance(f, str) and len(f) <= 64 for f in res.get("flags", [])):
+        raise ProtocolError("malformed flags")
+    if not all(isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in res.get("set_flags", {}).items()):
+        raise ProtocolError("malformed set_flags")
+    if not all(isinstance(k, str) and isinstance(v, (int, float)) for k, v in res.get("seconds", {}).items()):
+        raise ProtocolError("malformed seconds")
+    out = dict(res, message=res.get("message", "")[:2000], log=res.get("log", "")[:20000], speedup=0.0)
+    ref, new = res.get("ref_ms"), res.get("new_ms")
+    if kind == "run" and res["status"] == "ok" and (ref is not None or new is not None):
+        if not all(isinstance(t, (int, float)) and 0 < t < math.inf for t in (ref, new)):
+            raise ProtocolError(f"a success timed at {ref} ms against {new} ms")
+        out["speedup"] = ref / new
+    return out

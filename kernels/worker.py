@@ -9,10 +9,8 @@ torch (and not transformers).
 """
 import importlib
 import os
-import pickle
 import resource
 import signal
-import struct
 import sys
 import threading
 import traceback
@@ -20,6 +18,7 @@ import traceback
 import torch
 
 from . import correctness, gate, harness, sandbox
+from . import verdicts
 from .verdicts import trim_log
 
 
@@ -47,18 +46,17 @@ def standby_main(conn, env, cores):
 
 
 # Captured when the forkserver imports this module, before any candidate runs: the result
-# goes back through these, so a candidate that patches multiprocessing's Connection or
-# pickler (rejected as harness_patched) cannot rewrite the verdict on its way out.
-_DUMPS, _PACK, _WRITE, _EXIT = pickle.dumps, struct.pack, os.write, os._exit
+# goes back through these, so a candidate that patches the encoder or os.write (rejected as
+# harness_patched) cannot rewrite the verdict on its way out. What reaches the Evaluator is
+# checked there against the schema (verdicts.check_result), never executed.
+_ENCODE, _WRITE, _EXIT = verdicts.encode, os.write, os._exit
 _SYNC, _FREE = torch.cuda.synchronize, torch.cuda.empty_cache
 _LOCK = threading.Lock()  # the harness's watchdog thread sends too
 
 
 def _send(conn, obj):
-    """Connection.send's framing (a 4-byte big-endian length, then the pickle), written with
-    the functions captured above."""
-    data = _DUMPS(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    data = _PACK("!i", len(data)) + data
+    """One JSON frame (verdicts.encode), written with the functions captured above."""
+    data = _ENCODE(obj)
     fd = conn.fileno()
     with _LOCK:
         while data:
@@ -82,7 +80,7 @@ def child_main(kind, conn, job):
         # also the reference's compiler cache, until its candidate is loaded (harness.py)
         ref_compile = kind == "run" and job["cfg"]["baseline"] == "compile"
         sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]] + ([job["reference_cache"]] if ref_compile else []),
-                      job.get("cgroups"))
+                      job.get("cgroups"), job.get("hidden", ()))
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
