@@ -70,8 +70,8 @@ class Evaluator:
         # jobs' folders, the other programs' builds, the forkserver's socket (which forks on
         # anyone's request), the runs' saved results and the project's
         project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        self.hidden = [self.tmp, os.path.join(self.cache, "programs"), sandbox.forkserver_folder(),
-                       os.path.abspath(self.cfg["out"]), os.path.join(project, "results")]
+        self.hidden = [self.tmp, os.path.join(self.cache, "programs"), os.path.abspath(self.cfg["out"]),
+                       os.path.join(project, "results")]
         cores = sorted(os.sched_getaffinity(0))
         if self.backend == "cuda":
             import torch
@@ -156,7 +156,8 @@ class Evaluator:
                    TRITON_CACHE_DIR=os.path.join(own, "triton"), TORCHINDUCTOR_CACHE_DIR=os.path.join(own, "inductor"),
                    HOME=workdir, TMPDIR=workdir)
         return dict(task_code=task.code, task_hash=task.hash, code=code, source_hash=src_hash,
-                    reference_cache=self.reference_cache, hidden=[h for h in self.hidden if h],
+                    reference_cache=self.reference_cache,
+                    hidden=self.hidden + sandbox.forkserver_folder(),  # listed per job: others start later
                     backend=self.backend, cfg=self.cfg, workdir=workdir, env=env,
                     seed=int.from_bytes(os.urandom(3), "little"), task_name=task.name)
 
@@ -267,10 +268,36 @@ class Evaluator:
         hit = r.group.verdict() if r.group else None  # a limit of its control group: the cause
         if hit:
             res = dict(status="runtime_error", reason=hit[0], message=hit[1], log=res.get("log", ""))
+        elif res.get("status") in ("built", "ok") and self.cfg["static_check"]:
+            bad = self._libraries(r.item)
+            if bad:
+                res = dict(status="rejected", reason="library_symbols", message="a library it compiled imports "
+                           + "; ".join(f"{os.path.basename(os.path.dirname(p))}/{os.path.basename(p)}: "
+                                       f"{', '.join(names[:6])}" for p, names in bad[:3])
+                           + " (processes, signals, raw system calls, loaded code, sockets: no kernel needs them)")
         sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
         res.setdefault("seconds", {})
         res["seconds"][r.kind] = round(gate.now() - r.start, 3)
         return res
+
+    def _libraries(self, item):
+        """The shared libraries the job's program built (its part of the build cache, its work
+        folder; torch's own Triton and Inductor output aside), each checked once, against
+        static.DENIED_SYMBOLS -> [(path, names)] of those that import any."""
+        job, bad = item["job"], []
+        seen = item.setdefault("libraries", set())
+        own = job["env"]["CUDAL1_CACHE"]
+        for root in (own, job["workdir"]):
+            for d, dirs, files in os.walk(root):
+                dirs[:] = [x for x in dirs if x not in ("triton", "inductor")]
+                for f in files:
+                    p = os.path.join(d, f)
+                    if f.endswith(".so") and p not in seen:
+                        seen.add(p)  # a torch extension (ext/, or built in the work folder) is a Python module
+                        names = static.check_library(p, python_module=not p.startswith(os.path.join(own, "lib")))
+                        if names:
+                            bad.append((p, names))
+        return bad
 
     def _precheck(self, task, code):
         """Verdicts that need no worker: no code, unparsable code, no ModelNew, a static check

@@ -124,11 +124,11 @@ _REPORTED = False
 
 
 def forkserver_folder():
-    """The folder of multiprocessing's forkserver socket, which forks a process for anyone who
-    connects (outside every box), or None when it listens on an abstract address."""
-    from multiprocessing import forkserver
-    address = forkserver._forkserver._forkserver_address
-    return os.path.dirname(address) if isinstance(address, str) and address.startswith("/") else None
+    """The folders of multiprocessing's forkserver sockets on this machine: this evaluator's
+    and every other's (each forks a process for anyone who connects, outside every box)."""
+    import glob
+    import tempfile
+    return sorted({d for t in {tempfile.gettempdir(), "/tmp"} for d in glob.glob(os.path.join(t, "pymp-*"))})
 
 
 def _landlock(writable, scope=True):

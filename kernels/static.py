@@ -8,6 +8,7 @@ torch.jit.script, a threading.Lock, torch.backends and compiler config flags, os
 CUDA graphs, torch.compile and ctypes for a CUDA symbol's address all pass.
 
     found = static.check(code)     # -> [(line, what)], empty when nothing was found
+    bad = static.check_library("lib.so")   # -> system functions a built library should not import
 """
 import ast
 
@@ -142,3 +143,38 @@ def check(code):
 
 def _settable(q):
     return q.startswith(SETTABLE)
+
+
+# ----------------------------------------------------------------------------------------
+# The libraries a candidate compiled: what they import from the system, read with `nm`.
+
+# Functions a kernel library has no use for: starting, signalling or tracing processes, raw
+# system calls, loading code, changing memory protection, sockets, signal handlers and
+# timers, threads of its own, process limits and placement.
+DENIED_SYMBOLS = {
+    "fork", "vfork", "clone", "clone3", "kill", "killpg", "tgkill", "tkill", "ptrace", "syscall",
+    "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve", "system", "popen",
+    "posix_spawn", "posix_spawnp", "dlopen", "dlsym", "dlvsym", "dlmopen", "mprotect", "pkey_mprotect",
+    "socket", "connect", "bind", "listen", "accept", "sendmsg", "signal", "sigaction", "setitimer",
+    "alarm", "timer_create", "pthread_create", "prctl", "setrlimit", "prlimit", "sched_setaffinity",
+    "setpriority", "unshare", "setns", "mount", "process_vm_writev", "process_vm_readv",
+}
+# The Python C API: a torch extension (load_inline) is a Python module and needs it; a library
+# of the project's own format is called through ctypes and does not.
+PYTHON_API = ("Py", "_Py")
+
+
+def check_library(path, python_module=False):
+    """-> the names `path` imports that a kernel library has no use for (empty when none, or
+    when `nm` is missing: the start-up report says so)."""
+    import re
+    import shutil
+    import subprocess
+    if not shutil.which("nm"):
+        return []
+    out = subprocess.run(["nm", "-D", "--undefined-only", path], capture_output=True, text=True).stdout
+    names = {re.sub(r"@.*", "", line.split()[-1]) for line in out.splitlines() if line.split()}
+    bad = {n for n in names if n in DENIED_SYMBOLS}
+    if not python_module:
+        bad |= {n for n in names if n.startswith(PYTHON_API)}
+    return sorted(bad)
