@@ -294,7 +294,8 @@ class Evaluator:
                     p = os.path.join(d, f)
                     if f.endswith(".so") and p not in seen:
                         seen.add(p)  # a torch extension (ext/, or built in the work folder) is a Python module
-                        names = static.check_library(p, python_module=not p.startswith(os.path.join(own, "lib")))
+                        names = static.check_library(p, python_module=not p.startswith(os.path.join(own, "lib")),
+                                                     cuda=self.backend == "cuda")
                         if names:
                             bad.append((p, names))
         return bad

@@ -159,14 +159,19 @@ DENIED_SYMBOLS = {
     "alarm", "timer_create", "pthread_create", "prctl", "setrlimit", "prlimit", "sched_setaffinity",
     "setpriority", "unshare", "setns", "mount", "process_vm_writev", "process_vm_readv",
 }
+# What the CUDA runtime, linked statically into every library nvcc builds, imports itself (nm
+# -u of libcudart_static.a): allowed in a CUDA build, where a candidate's own use of them
+# cannot be told apart (EVAL.md, "Known limits").
+CUDA_RUNTIME = {"kill", "mprotect", "pthread_create", "syscall", "socket", "connect", "bind", "listen", "sendmsg",
+                "dlopen", "dlsym", "dlvsym", "dlmopen"}
 # The Python C API: a torch extension (load_inline) is a Python module and needs it; a library
 # of the project's own format is called through ctypes and does not.
 PYTHON_API = ("Py", "_Py")
 
 
-def check_library(path, python_module=False):
+def check_library(path, python_module=False, cuda=False):
     """-> the names `path` imports that a kernel library has no use for (empty when none, or
-    when `nm` is missing: the start-up report says so)."""
+    when `nm` is missing). cuda: built by nvcc or against the CUDA runtime (CUDA_RUNTIME)."""
     import re
     import shutil
     import subprocess
@@ -174,7 +179,7 @@ def check_library(path, python_module=False):
         return []
     out = subprocess.run(["nm", "-D", "--undefined-only", path], capture_output=True, text=True).stdout
     names = {re.sub(r"@.*", "", line.split()[-1]) for line in out.splitlines() if line.split()}
-    bad = {n for n in names if n in DENIED_SYMBOLS}
+    bad = {n for n in names if n in DENIED_SYMBOLS and not (cuda and n in CUDA_RUNTIME)}
     if not python_module:
         bad |= {n for n in names if n.startswith(PYTHON_API)}
     return sorted(bad)
