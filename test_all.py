@@ -827,6 +827,15 @@ def test_static_check_finds_the_hacks_and_passes_honest_code(cache, tasks):
     assert not v.seconds.get("compile"), v.seconds  # no worker started
 
 
+def test_covered_folders_never_hold_what_a_job_needs(cache, tmp_path):
+    """A job's mounts cover the run's out folder, unless it holds the project, Python or the
+    build cache (--out=/tmp, say, where the CI's virtual environment lives)."""
+    with make_eval(cache, "cpu", out=str(tmp_path)) as ev:
+        assert str(tmp_path) in ev.hidden
+    with make_eval(cache, "cpu", out=os.path.dirname(cache)) as ev:
+        assert os.path.dirname(cache) not in ev.hidden and ev.tmp in ev.hidden
+
+
 def test_hacks_and_faults_cpu(cache, tasks):
     assert len(hack_files("cpu")) >= 20
     run_hacks(cache, tasks, "cpu")

@@ -68,10 +68,14 @@ class Evaluator:
         os.makedirs(self.reference_cache, exist_ok=True)
         # what a job must not see (sandbox.enter covers them; its own folders stay): the other
         # jobs' folders, the other programs' builds, the forkserver's socket (which forks on
-        # anyone's request), the runs' saved results and the project's
+        # anyone's request), the runs' saved results and the project's; never a folder that
+        # holds what a job needs (an --out of /tmp or ~ would hold the code, Python or cache)
+        import sys
         project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        self.hidden = [self.tmp, os.path.join(self.cache, "programs"), os.path.abspath(self.cfg["out"]),
-                       os.path.join(project, "results")]
+        needed = [project, sys.prefix, sys.base_prefix, self.cache]
+        self.hidden = [h for h in (os.path.abspath(self.cfg["out"]), os.path.join(project, "results"))
+                       if not any(n == h or n.startswith(h + os.sep) for n in needed)]
+        self.hidden += [self.tmp, os.path.join(self.cache, "programs")]
         cores = sorted(os.sched_getaffinity(0))
         if self.backend == "cuda":
             import torch
