@@ -24,7 +24,7 @@ SETTINGS = {
         seed=(0, "random seed (teacher order, batches, sampling)"),
         progress=(True, "progress bars"),
     )),
-    "evaluator": ("the evaluator (kernels.py)", dict(
+    "evaluator": ("the evaluator (the kernels package)", dict(
         backend=("auto", "auto | cuda | cpu: what candidates are written for and timed on"),
         gpus=("", "comma list of visible GPU indices for timing workers; \"\" = all"),
         workers=(0, "parallel compile workers; 0 = one per free CPU core"),

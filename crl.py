@@ -9,7 +9,7 @@ pipeline from one command.
 When the Stage 1 or Stage 2 checkpoint it starts from is missing, it runs that stage first.
 Each step: pick tasks; for each, show the model N earlier variants from the database with
 their measured speedups (bucket sampling, exemplars.py) and sample G responses; judge them
-through kernels.py (reward = speedup, 0 for a failure); smooth the rewards within each
+through the kernels package (reward = speedup, 0 for a failure); smooth the rewards within each
 group (r_hat = clip((r - mean) / std, -k, k)); update with GRPO (grpo.py: PPO-style clipped
 ratio, optional k3 KL to the frozen starting model). Every judged variant enters the
 database. Writes out/<config>/crl/: the checkpoint (every `crl_ckpt_every` steps),

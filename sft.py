@@ -7,7 +7,7 @@
     python sft.py --config small --model /path/to/Qwen2.5-Coder-7B-Instruct --teachers hf:/path/to/teacher
     torchrun --nproc_per_node=2 sft.py --config qwen7b-fsdp --teachers file:teacher_samples.jsonl   # FSDP2
 
-Each teacher answers the Stage 1 prompt for every task, up to `attempts` times; kernels.py
+Each teacher answers the Stage 1 prompt for every task, up to `attempts` times; the evaluator (kernels)
 keeps what compiles and is correct (speed is not measured); at most `keep` distinct
 variants per task per teacher become the dataset; the student is fine-tuned on them, loss
 on completion tokens only. Writes out/<config>/sft/: the checkpoint (Hugging Face format

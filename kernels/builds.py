@@ -1,4 +1,4 @@
-"""Building candidate programs: the build API candidates call (through kernels.py, as
+"""Building candidate programs: the build API candidates call (through the kernels package, as
 kernels.load_cuda and kernels.load_cpp) and the build cache it fills. Standard library only:
 it runs in the workers, and in the processes that build ahead of them (no torch needed).
 

@@ -1,7 +1,7 @@
 """Sharing a GPU between evaluator workers: checks share it, timings own it.
 
 Loading a candidate and checking its outputs need a GPU but not a quiet one; timing needs it
-to itself. So the Evaluator (kernels.py) runs up to `checks_per_gpu` workers on each GPU,
+to itself. So the Evaluator (evaluator.py) runs up to `checks_per_gpu` workers on each GPU,
 and a worker that has passed its checks asks for the GPU before it times (acquire). The
 Evaluator then asks every other worker on that GPU to pause at its next pause point (the
 harness has them between candidate calls, right after a synchronize, so nothing of theirs
@@ -21,7 +21,7 @@ candidate call's deadline, ("acquire",), ("paused",), ("release",), ("host", may
 pipe after the job: P pause, R resume, G go, D host-only work over.
 
     Worker side (worker.py):  WorkerGate(fd, send, sync, cores, free): pause_point, host_only, acquire, release
-    Parent side (kernels.py): Running (one worker), pick_slot, join, arbitrate(workers of one GPU)
+    Parent side (evaluator.py): Running (one worker), pick_slot, join, arbitrate(workers of one GPU)
     Reading a run's trace (bench.py): gate_share(trace, t0, t1)
 """
 import contextlib
@@ -228,7 +228,7 @@ class Running:
                 elif msg == ("release",):
                     if self.state == "hold":
                         self._set("paused")  # until nobody waits for the GPU
-                elif isinstance(msg, tuple) and msg[:1] == ("host",):
+                elif msg[0] == "host":
                     self.host = "run" if msg[1] else "stop"
                 elif msg == ("device",):
                     self.host = None

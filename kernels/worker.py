@@ -1,7 +1,7 @@
 """An evaluator worker process from start to exit: a session of its own, resource limits,
 output to a log file, the sandbox (sandbox.py), one job (harness.py) with its GPU gate
 (gate.py), every process it started killed, its result sent back, a hard exit. The Evaluator
-in kernels.py starts these from a forkserver that has imported this module, harness.py and
+in evaluator.py starts these from a forkserver that has imported this module, harness.py and
 torch (and not transformers).
 
     child_main(kind, conn, job)     # every job: kind is compile | run | reference
@@ -105,7 +105,7 @@ def child_main(kind, conn, job):
         if job["backend"] == "cpu" and kind == "run":
             _cpu_worker_setup(job)
         if job.get("cuda_failed"):  # the GPU's fault, not the task's or the candidate's; out of
-            # memory beside other workers is judged again alone (kernels.py)
+            # memory beside other workers is judged again alone (evaluator.py)
             err = job["cuda_failed"]
             res = dict(status="runtime_error", reason="oom" if "out of memory" in err.lower() else "cuda_init",
                        message=f"the worker could not start CUDA on its GPU: {err[:300]}")
