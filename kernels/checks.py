@@ -1,0 +1,158 @@
+"""The correctness phase of a run job, inside an evaluator worker (harness.py's run_job calls
+it once the candidate is loaded): several weight seeds, fresh input sets, the candidate called
+first on each, the checks for work left running, mutated inputs, cached and aliased results;
+after timing, one more input set. `h` is the worker's Harness throughout.
+
+    ref, new, ref64 = run_checks(h)          # or raises Reject
+    check_after_timing(h, ref, new, ref64)
+"""
+import time
+
+import torch
+
+from . import correctness
+from .correctness import tensors
+from .verdicts import Reject
+
+
+def run_checks(h):
+    """Correctness (EVAL.md, "How a candidate is judged"): several weight seeds, fresh input
+    sets each, candidate called first on every set (so no reference result sits in freed
+    memory), with checks for side streams, mutated inputs, cached results and rebinding.
+    -> (ref, new, ref64) of the first seed, for timing and the check after it."""
+    cfg = h.cfg
+    errs, tols, constant, kept = [], [], True, None
+    for s, seed in enumerate(h.seeds()[1:]):
+        h.gate.pause_point()
+        ref, new = h.models(seed)
+        ref64 = correctness.float64_copy(ref)
+        prints = []  # (candidate, reference) fingerprints of this seed's calls
+        held = []    # this seed's earlier outputs, kept alive so a reused buffer shows
+        retried = False  # with the reference's weights, after a mismatch
+        xs = None
+        for k in range(cfg["check_inputs"] + 1):
+            h.gate.pause_point()
+            refill = 0 < k == cfg["check_inputs"]  # last round: same tensors, new values
+            fresh = h.inputs(seed + k + 1, fenced=True)
+            if refill:  # caches keyed by address, id or shape hit here and replay old results
+                for x, f in zip(xs, fresh):
+                    if isinstance(x, torch.Tensor):
+                        x.copy_(f)
+                fresh = None
+            else:
+                xs = fresh
+            clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+            where = f"seed {s}, input set {k}"
+            with correctness.poisoned(h.out_specs, h.dev):
+                out, snap = h.forward(new, xs, where, snapshot=True)
+            if not h.cuda:
+                time.sleep(0.005)
+            if any(not correctness.same_bits(a, b) for a, b in zip(snap, tensors(out))):
+                # on a GPU, a thread it left running says which, however long the synchronize took
+                reason = "side_stream" if h.cuda and not h.left else "thread" if h.cuda else "background_work"
+                raise Reject("rejected", reason, "output changed after forward returned: work left running on "
+                             + ("an unjoined stream" if reason == "side_stream" else "another thread") + f" ({where})")
+            for i, (x, c) in enumerate(zip(xs, clones)):
+                if isinstance(x, torch.Tensor) and not correctness.same_bits(x, c):
+                    raise Reject("rejected", "input_mutated", f"input {i} was modified in place ({where})")
+            h.check_forward(new, "forward")
+            h.integrity("forward")
+            had64 = ref64 is not None
+            h.gate.pause_point()
+            r32, r64, ref64 = correctness.reference_outputs(ref, ref64, clones)
+
+            if had64 and ref64 is None and h.cuda:  # no float64 kernel: give its memory back
+                torch.cuda.empty_cache()
+            fp, rp = correctness.fingerprint(out), correctness.fingerprint(r32)
+            for pf, pr in prints:
+                if correctness.same_fingerprint(fp, pf) and not correctness.same_fingerprint(rp, pr):
+                    raise Reject("rejected", "cached_output", "output repeats an earlier call's result for "
+                                 f"different inputs: results cached across calls ({where})")
+            try:
+                err, tol = correctness.compare(out, r32, r64, cfg["allow_lowp"], where)
+            except Reject as failure:
+                if failure.reason != "mismatch" or retried:
+                    raise
+                new, err, tol = with_reference_weights(h, ref, seed, clones, r32, r64, where, failure)
+                retried = True
+            # right, but the output is an input handed back: right only where the op is the
+            # identity on these inputs (a ReLU of torch.rand), so no work was done; the
+            # reference's own view of an input is the one honest case
+            if _storage_shared(out, xs) and not _storage_shared(r32, clones):
+                raise Reject("rejected", "aliased_input", "the output is an input tensor's own storage, where the "
+                             f"reference computes a new tensor: the work was skipped ({where})")
+            if any(t.untyped_storage().data_ptr() == p.untyped_storage().data_ptr()
+                   for t in tensors(out) for p in held if t.numel()):
+                reused_output(h, where)
+            errs.append(err)
+            tols.append(tol)
+            constant &= all(correctness.same_fingerprint(rp, pr) for _, pr in prints)
+            prints.append((fp, rp))
+            held += tensors(out)
+            del out, r32, r64, snap
+        if kept is None:
+            kept = (ref, new, ref64)
+        del ref64, held
+    h.max_err, h.tol = max(errs), min(tols)
+    if constant:  # the output never changed with the input, like the all-zero task that scored 120x
+        h.flags.append("input_independent")
+    return kept
+
+
+def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
+    """After a mismatch: is the forward wrong, or only the initialization? ModelNew is built
+    again with the reference's weights loaded (where the state_dicts match) and compared once
+    more. Right with them: its initialization draws the random stream differently (another
+    order, another way); rejected by default, accepted and flagged with allow_init_mismatch
+    -> (the candidate with the reference's weights, err, tol). Wrong with them too: the
+    failure stands, as it does where Model has no weights to copy."""
+    rs = ref.state_dict()
+    if not rs:
+        raise failure
+    try:
+        ns = h.candidate(seed).state_dict()
+    except Reject:
+        raise failure from None
+    if rs.keys() != ns.keys() or any(rs[k].shape != ns[k].shape for k in rs):
+        raise failure
+    new = h.candidate(seed, weights=rs)
+    try:
+        with correctness.poisoned(h.out_specs, h.dev):
+            out = h.forward(new, xs, where)
+        err, tol = correctness.compare(out, r32, r64, h.cfg["allow_lowp"], where)
+    except Reject:
+        raise failure from None
+    if not h.cfg["allow_init_mismatch"]:
+        raise Reject("incorrect", "init_mismatch",
+                     "ModelNew computes the right function, but only with Model's weights copied in: its "
+                     "own initialization differs. Both are built from the same seed (as KernelBench does), "
+                     "so create the parameters in the same order and the same way as Model "
+                     f"(or accept this with --allow_init_mismatch) ({where})")
+    if "init_mismatch" not in h.flags:
+        h.flags.append("init_mismatch")
+    return new, err, tol
+
+
+def _storage_shared(out, xs):
+    ptrs = {x.untyped_storage().data_ptr() for x in xs if isinstance(x, torch.Tensor) and x.numel()}
+    return any(t.numel() and t.untyped_storage().data_ptr() in ptrs for t in tensors(out))
+
+
+def reused_output(h, where):
+    """An output returned in the same buffer as an earlier call's (a preallocated tensor, a
+    CUDA graph's static output): accepted as KernelBench does, and flagged."""
+    if h.cfg["reject_reused_output"]:
+        raise Reject("rejected", "reused_output", "the output is returned in the buffer of an earlier call's "
+                     f"output, which this call overwrote ({where})")
+    if "reused_output" not in h.flags:
+        h.flags.append("reused_output")
+
+
+def check_after_timing(h, ref, new, ref64):
+    """One more fresh input set after timing: a candidate that turns wrong once it has been
+    checked (counting calls, say) is caught here."""
+    xs = h.inputs(h.job["seed"] + 999, fenced=True)
+    with correctness.poisoned(h.out_specs, h.dev):
+        out = h.forward(new, xs, "after timing")
+    r32, r64, _ = correctness.reference_outputs(ref, ref64, xs)
+    correctness.compare(out, r32, r64, h.cfg["allow_lowp"], "check after timing")
