@@ -23,7 +23,7 @@ import torch
 
 from . import builds, checks, correctness, gate, guards, sandbox, timing, verdicts
 from .correctness import tensors
-from .verdicts import Reject, trim_log
+from .verdicts import Reject, fresh_seed, trim_log
 
 # Host memory the reference models built ahead (Harness.prebuild) may take per worker.
 PREBUILD_BYTES = 2 << 30
@@ -173,11 +173,16 @@ class Harness:
                             if isinstance(c, type) and issubclass(c, torch.nn.Module)}
         return ref, xs, out, (self.clock() - t0) * 1e3
 
-    def inputs(self, seed, fenced=False):
-        """A fresh input set on the device. Generated on the device when possible (fast for
+    def inputs(self, seed=None, fenced=False):
+        """A fresh input set on the device, from the task's get_inputs. seed None (every set
+        made once the candidate is loaded): drawn from the OS's random source now, so no
+        candidate can make the sets it will be asked for ahead and store their answers (the
+        job's seed is within its reach; only the weights and the reference's first run use
+        it). Generated on the device when possible (fast for
         the gigabyte inputs of KernelBench), else on the host and moved. fenced: each
         floating input sits inside a larger buffer whose margins hold NaN, so a kernel that
         reads past either end of an input gets NaN every time, not whatever lies there."""
+        seed = fresh_seed() if seed is None else seed
         torch.manual_seed(seed)
         try:
             with torch.device(self.dev):

@@ -12,7 +12,7 @@ import random
 
 import torch
 
-from .verdicts import median
+from .verdicts import fresh_seed, median
 from .correctness import tensors
 
 
@@ -24,16 +24,16 @@ def run_timing(h, ref, new):
     """h: the worker's Harness; ref, new: the checked models -> (reference ms, candidate ms,
     spread of the per-round speedups). Exceptions from candidate code pass through: the
     caller turns them into verdicts."""
-    cfg, seed = h.cfg, h.job["seed"]
+    cfg = h.cfg
     # --baseline=compile: the reference compiled before the candidate loaded (harness.py);
     # same seed, so the same weights as `ref`
     ref_fn = h.ref_compiled if cfg["baseline"] == "compile" else ref
     # fenced as the checks' inputs are (harness.inputs): the storage a candidate is handed looks
     # the same in both phases
-    x0 = h.inputs(seed + 7, fenced=True)
+    x0 = h.inputs(fenced=True)
     set_bytes = max(1, sum(x.numel() * x.element_size() for x in tensors(x0)))
     budget = min(4e9, 0.25 * torch.cuda.mem_get_info()[0]) if h.cuda else 5e8
-    pool = [x0] + [h.inputs(seed + 8 + i, fenced=True) for i in range(int(min(7, budget // set_bytes)))]
+    pool = [x0] + [h.inputs(fenced=True) for _ in range(int(min(7, budget // set_bytes)))]
     if h.cuda:
         flush = torch.empty(2 * torch.cuda.get_device_properties(h.dev).L2_cache_size,
                             dtype=torch.uint8, device=h.dev)
@@ -50,7 +50,7 @@ def run_timing(h, ref, new):
         # distribution, its structure), written into its fenced buffers: no input set is
         # timed twice, so a cache keyed on a sample of the values never pays (one keyed on
         # the storage is the checks' cached_output)
-        for x, f in zip(pool[i], h.inputs(seed + 1000 + step[0])):
+        for x, f in zip(pool[i], h.inputs()):
             if isinstance(x, torch.Tensor):
                 x.copy_(f)
         return ms
@@ -71,7 +71,7 @@ def run_timing(h, ref, new):
             fn(*xs)
             return (h.clock() - t0) * 1e3
 
-    rng = random.Random(seed)
+    rng = random.Random(fresh_seed())  # an order the candidate cannot know ahead
 
     def one_round(runs, rr, rn):
         tr, tn = [], []

@@ -7,6 +7,7 @@ so every other module of the evaluator, and the scripts, can import it.
 """
 import json
 import math
+import os
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -70,6 +71,16 @@ def median(xs):
     xs = sorted(xs)
     n = len(xs)
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+_URANDOM = os.urandom  # captured at import, before any candidate runs
+
+
+def fresh_seed():
+    """A seed no candidate can know ahead: the input values a candidate is checked and timed
+    on, and the timing's order, come from the OS's random source when they are needed (with
+    os.urandom as it was when the evaluator's modules were imported)."""
+    return int.from_bytes(_URANDOM(6), "little")
 
 
 def unusable(task, solution, parsed):
