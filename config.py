@@ -52,6 +52,10 @@ SETTINGS = {
         max_runs=(100, "timed calls per program per round, at most"),
         spread_limit=(0.05, "rounds whose speedups disagree by more than this (relative range) get more rounds"),
         suspicious_speedup=(10.0, "speedups above this are measured again, longer"),
+        confirm_speedup=(1.5, "speedups of at least this are timed again in a fresh worker by a second, minimal "
+                              "timer (0 = never)"),
+        confirm_margin=(0.5, "... and rejected (unconfirmed) if that speedup is below the first / (1 + this + "
+                             "both measurements' spreads)"),
         baseline=("eager", "eager | compile: what the reference is timed as"),
         time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),
         sandbox=(True, "box candidates (sandbox.py); false only to measure what the box costs"),

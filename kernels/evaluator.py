@@ -167,7 +167,7 @@ class Evaluator:
 
     def _start(self, kind, item, slot):
         job = item["job"]
-        job["log"] = os.path.join(job["workdir"], f"{kind}.log")
+        job["log"] = os.path.join(job["workdir"], f"{'confirm' if item.get('confirm') else kind}.log")
         env = dict(job["env"])
         if kind == "compile":
             env["CUDA_VISIBLE_DEVICES"] = ""
@@ -183,7 +183,7 @@ class Evaluator:
         group = sandbox.JobGroup(f"{self._jobs}-{kind}", self.cfg["max_processes"], self.memory,
                                  self.worker.cpu_limit(self.cfg, kind, job.get("cores"))) \
             if self.cfg["sandbox"] else None
-        job = dict(job, env=env, cgroups=group.dirs if group else {})
+        job = dict(job, env=env, cgroups=group.dirs if group else {}, confirm=item.get("confirm"))
         if kind == "run" and self.backend == "cuda":
             # A worker that already holds a CUDA context takes the job; the next one starts
             # its context now, while this one checks, instead of on the GPU's time later.
@@ -281,8 +281,28 @@ class Evaluator:
                            + " (processes, signals, raw system calls, loaded code, sockets: no kernel needs them)")
         sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
         res.setdefault("seconds", {})
-        res["seconds"][r.kind] = round(gate.now() - r.start, 3)
+        res["seconds"]["confirm" if r.item.get("confirm") else r.kind] = round(gate.now() - r.start, 3)
         return res
+
+    def _to_confirm(self, item, res):
+        """A first timing whose speedup is large enough to be timed again (confirm.py)."""
+        return (res["status"] == "ok" and res.get("new_ms") and not item.get("confirm")
+                and 0 < self.cfg["confirm_speedup"] <= res["speedup"])
+
+    def _confirmed(self, first, second):
+        """The verdict of a candidate timed twice: the first measurement's, if the second (a
+        fresh worker, another timer) agrees within both spreads and confirm_margin; else
+        rejected/unconfirmed. A failure in the second worker stands as it is."""
+        if second["status"] != "ok":
+            return dict(second, message=f"{second.get('message', '')} (in the second measurement, a fresh worker)")
+        s1, s2 = first["speedup"], second["speedup"]
+        allowed = 1 + self.cfg["confirm_margin"] + (first.get("spread") or 0) + (second.get("spread") or 0)
+        if s2 * allowed < s1:
+            return dict(status="rejected", reason="unconfirmed", log="", message=(
+                f"timed at {s1:.2f}x, then at {s2:.2f}x in a fresh worker by a second timer (more than the "
+                f"{allowed:.2f}x apart that the two measurements' spreads allow): its speed depends on how it is measured"))
+        note = f"confirmed at {s2:.2f}x by a second timer in a fresh worker"
+        return dict(first, confirmed=s2, message="; ".join(m for m in (first.get("message"), note) if m))
 
     def _libraries(self, item):
         """The shared libraries the job's program built (its part of the build cache, its work
@@ -442,9 +462,16 @@ class Evaluator:
                     if res["status"] == "built" and nxt < len(phases):
                         queues[phases[nxt]].append(r.item)
                         continue
+                    if r.kind == "run" and self._to_confirm(r.item, res):  # timed again, in a fresh worker
+                        r.item["first"] = res
+                        r.item["confirm"] = dict(speedup=res["speedup"], tol=res.get("tol"))
+                        queues["run"].append(r.item)
+                        continue
+                    if r.item.get("confirm"):
+                        res = self._confirmed(r.item["first"], res)
                     res["seconds"] = dict(r.item["seconds"])
                     res["seconds"]["total"] = round(sum(v for k, v in res["seconds"].items()
-                                                        if k in ("compile", "run", "reference")), 3)
+                                                        if k in ("compile", "run", "reference", "confirm")), 3)
                     r.item["res"] = res
                     if bar:
                         bar.update(1)

@@ -23,6 +23,9 @@ FORBIDDEN = {
     "os.fork": "starts a process", "os.forkpty": "starts a process", "os.system": "runs a command",
     "os.popen": "runs a command", "os.posix_spawn": "starts a process", "os.posix_spawnp": "starts a process",
     "os.kill": "signals a process", "os.killpg": "signals a process group", "os.write": "writes a file descriptor",
+    "os.writev": "writes a file descriptor", "os.pwrite": "writes a file descriptor",
+    "os.pwritev": "writes a file descriptor", "os.sendfile": "writes a file descriptor",
+    "os.fdopen": "opens a raw descriptor", "io.FileIO": "opens a raw descriptor",
     "os.dup": "copies a file descriptor", "os.dup2": "copies a file descriptor", "os.open": "opens a raw descriptor",
     "ctypes.pythonapi": "calls the interpreter's C API", "ctypes.memmove": "writes raw memory",
     "ctypes.memset": "writes raw memory", "ctypes.string_at": "reads raw memory", "ctypes.CDLL": "loads a library",
@@ -124,6 +127,11 @@ def check(code):
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BUILTINS \
                 and node.func.id not in imported:
             found.append((line, f"{node.func.id}(): {BUILTINS[node.func.id]}"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open" \
+                and "open" not in imported and ((node.args and isinstance(node.args[0], ast.Constant)
+                                                 and isinstance(node.args[0].value, int))
+                                                or any(k.arg in ("closefd", "opener") for k in node.keywords)):
+            found.append((line, "open() of a raw descriptor: writes the evaluator's channels"))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
                 and node.args and qualified(node.args[0]) and not _settable(qualified(node.args[0]) + "."):
             found.append((line, f"{node.func.id}() on {qualified(node.args[0])}: changes a module or class "

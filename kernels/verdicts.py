@@ -23,6 +23,7 @@ class Verdict:
     ref_ms: float | None = None
     new_ms: float | None = None
     spread: float | None = None   # relative range of the per-round speedups
+    confirmed: float | None = None  # the speedup a second timer measured in a fresh worker, where one did
     max_err: float | None = None  # worst error against the float64 reference
     tol: float | None = None
     log: str = ""                 # trimmed compiler / runtime log a model can read

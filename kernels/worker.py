@@ -4,7 +4,8 @@ output to a log file, the sandbox (sandbox.py), one job (harness.py) with its GP
 in evaluator.py starts these from a forkserver that has imported this module, harness.py and
 torch (and not transformers).
 
-    child_main(kind, conn, job)     # every job: kind is compile | run | reference
+    child_main(kind, conn, job)     # every job: kind is compile | run | reference (run: a second measurement
+                                    # too, confirm.py, where job["confirm"] is set)
     standby_main(conn, env, cores)  # a CUDA run worker that brings its context up first
 """
 import importlib
@@ -110,7 +111,11 @@ def child_main(kind, conn, job):
             res = dict(status="runtime_error", reason="oom" if "out of memory" in err.lower() else "cuda_init",
                        message=f"the worker could not start CUDA on its GPU: {err[:300]}")
         else:
-            res = {"compile": harness.compile_job, "run": harness.run_job, "reference": harness.reference_job}[kind](job)
+            run = {"compile": harness.compile_job, "run": harness.run_job, "reference": harness.reference_job}[kind]
+            if kind == "run" and job.get("confirm"):  # the second measurement; its module is imported
+                from . import confirm               # only here, so no first timing's worker has it
+                run = confirm.confirm_job
+            res = run(job)
     except BaseException as e:
         res = dict(status="runtime_error", reason="harness", message=f"{type(e).__name__}: {e}"[:300],
                    log=trim_log(traceback.format_exc()))

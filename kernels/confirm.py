@@ -1,0 +1,122 @@
+"""The second, independent measurement. A candidate whose timing (timing.py) gave it a large
+speedup (confirm_speedup, 1.5x) is timed again by the Evaluator in a fresh worker, with a
+minimal timer that shares nothing with the first but the loading of the task and candidate:
+another clock (CLOCK_MONOTONIC_RAW, captured when this module is imported, which happens only
+in a worker that runs this job, before its candidate loads), one call at a time on a new input
+set each, candidate first, a device synchronize on both sides of the call (its own cost
+measured and taken off), its output compared with the reference's after each pair.
+
+A candidate whose speed depends on how it is measured (it told the first timer's phases
+apart, or forged what that timer reads) shows it here: the two speedups disagree by more
+than their spreads allow, and the Evaluator rejects it as `unconfirmed` (evaluator.py).
+
+    confirm_job(job)    # in a run worker; job["confirm"]: what the first timing found
+"""
+import time
+
+import torch
+
+from . import correctness, harness
+from .verdicts import Reject, median
+
+_NOW, _RAW = time.clock_gettime_ns, time.CLOCK_MONOTONIC_RAW
+SECONDS = 0.6        # of timed pairs (both programs), about; at least MIN_PAIRS of them however long
+MIN_PAIRS, MAX_PAIRS = 3, 200
+
+
+def _ms():
+    return _NOW(_RAW) / 1e6
+
+
+def _agrees(out, ref, tol):
+    """out equals the reference's output ref within tol (relative, as correctness.rel_err)."""
+    if isinstance(ref, (list, tuple)):
+        return isinstance(out, (list, tuple)) and len(out) == len(ref) and all(map(_agrees, out, ref, [tol] * len(ref)))
+    if not isinstance(ref, torch.Tensor):
+        return out == ref
+    if type(out) is not torch.Tensor or out.shape != ref.shape or out.dtype != ref.dtype or out.device != ref.device:
+        return False
+    if not ref.dtype.is_floating_point:
+        return torch.equal(out, ref)
+    return correctness.rel_err(out, ref) <= tol
+
+
+def measure(h, ref, new, tol):
+    """-> (reference ms, candidate ms, spread): medians of per-call times less the timer's
+    own cost; spread is the relative range of the speedups of the first, middle and last
+    third of the pairs. Raises Reject when an output disagrees with the reference's."""
+    ref_fn = h.ref_compiled if h.cfg["baseline"] == "compile" else ref
+    flush = torch.empty(2 * torch.cuda.get_device_properties(h.dev).L2_cache_size if h.cuda else 32 << 20,
+                        dtype=torch.uint8, device=h.dev)
+
+    def call(fn, xs):
+        flush.zero_()
+        h.sync()
+        t0 = _ms()
+        out = fn(*xs)
+        h.sync()
+        return out, _ms() - t0
+
+    def candidate(xs):
+        with h.calling(), h.candidate_flags("the second measurement"):
+            return call(new, xs)
+
+    def reference(xs):
+        with h.reference_flags():
+            return call(ref_fn, xs)
+
+    idle = []  # what the timer reads around nothing: a synchronize and two clock reads
+    for _ in range(20):
+        h.sync()
+        t0 = _ms()
+        h.sync()
+        idle.append(_ms() - t0)
+    idle = median(idle)
+    xs = h.inputs()
+    candidate(xs), reference(xs)  # warm-up
+    tr, tn, t0 = [], [], _ms()
+    while len(tn) < MIN_PAIRS or (len(tn) < MAX_PAIRS and _ms() - t0 < 1e3 * SECONDS):
+        xs = h.inputs()  # new values every pair; the candidate sees them first
+        out, ms = candidate(xs)
+        r, rms = reference(xs)
+        if not _agrees(out, r, tol):
+            raise Reject("incorrect", "mismatch", "its output differs from the reference's in the second "
+                         f"measurement (a fresh worker, pair {len(tn) + 1})")
+        tn.append(max(ms - idle, 1e-4))
+        tr.append(max(rms - idle, 1e-4))
+        del out, r, xs
+    k = len(tn) // 3 or 1
+    parts = [median(tr[i:i + k]) / median(tn[i:i + k]) for i in range(0, len(tn) - k + 1, k)][:3]
+    spread = (max(parts) - min(parts)) / median(parts)
+    return median(tr), median(tn), spread
+
+
+def confirm_job(job):
+    """In a worker: time an already accepted candidate again -> dict of Verdict fields."""
+    h = harness.Harness(job)
+    first = job["confirm"]
+    t0 = h.clock()
+    with torch.no_grad():
+        try:
+            ref, _ = harness.start(h, prebuild=False)
+        except Exception as e:
+            return harness.reference_failed(e)
+        try:
+            h.gate.pause_point()
+            h.load_candidate()
+            new = h.candidate(job["seed"])
+            h.gate.acquire()  # the GPU alone, as for the first timing
+            t1 = h.clock()
+            try:
+                # a candidate is held to twice its checked tolerance against the task's own
+                # dtype (the first check compared with float64)
+                ref_ms, new_ms, spread = measure(h, ref, new, 2 * (first.get("tol") or 0))
+            finally:
+                t2 = h.clock()
+                h.gate.release()
+            h.check_forward(new, "the second measurement")
+            h.integrity("the second measurement")
+        except BaseException as e:
+            return harness.failed(h, e)
+    return dict(status="ok", ref_ms=ref_ms, new_ms=new_ms, spread=spread,
+                seconds=dict(confirm_load=t1 - t0 - h.gate.paused, confirm_time=t2 - t1))
