@@ -20,7 +20,7 @@ from . import correctness, harness
 from .verdicts import Reject, median
 
 _NOW, _RAW = time.clock_gettime_ns, time.CLOCK_MONOTONIC_RAW
-SECONDS = 0.6        # of timed pairs (both programs), about; at least MIN_PAIRS of them however long
+SECONDS = 0.3        # of timed pairs (both programs), about; at least MIN_PAIRS of them however long
 MIN_PAIRS, MAX_PAIRS = 3, 200
 
 

@@ -465,7 +465,7 @@ class Evaluator:
                     if r.kind == "run" and self._to_confirm(r.item, res):  # timed again, in a fresh worker
                         r.item["first"] = res
                         r.item["confirm"] = dict(speedup=res["speedup"], tol=res.get("tol"))
-                        queues["run"].append(r.item)
+                        queues["run"].appendleft(r.item)  # first: no candidate waits long for its verdict
                         continue
                     if r.item.get("confirm"):
                         res = self._confirmed(r.item["first"], res)
