@@ -27,7 +27,9 @@ def run_checks(h):
         ref, new = h.models(seed)
         ref64 = correctness.float64_copy(ref)
         prints = []  # (candidate, reference) fingerprints of this seed's calls
-        held = []    # this seed's earlier outputs, kept alive so a reused buffer shows
+        held = []    # this seed's earlier outputs, kept alive so a reused buffer shows, and
+        addresses = set()  # their storages' addresses, read when they were new: an output a later
+        # call overwrote (a CUDA graph's, torch.compile's "reduce-overhead") must not be touched
         retried = False  # with the reference's weights, after a mismatch
         xs = None
         for k in range(cfg["check_inputs"] + 1):
@@ -81,14 +83,14 @@ def run_checks(h):
             if _storage_shared(out, xs) and not _storage_shared(r32, clones):
                 raise Reject("rejected", "aliased_input", "the output is an input tensor's own storage, where the "
                              f"reference computes a new tensor: the work was skipped ({where})")
-            if any(t.untyped_storage().data_ptr() == p.untyped_storage().data_ptr()
-                   for t in tensors(out) for p in held if t.numel()):
+            if any(t.untyped_storage().data_ptr() in addresses for t in tensors(out) if t.numel()):
                 reused_output(h, where)
             errs.append(err)
             tols.append(tol)
             constant &= all(correctness.same_fingerprint(rp, pr) for _, pr in prints)
             prints.append((fp, rp))
             held += tensors(out)
+            addresses |= {t.untyped_storage().data_ptr() for t in tensors(out) if t.numel()}
             del out, r32, r64, snap
         if kept is None:
             kept = (ref, new, ref64)

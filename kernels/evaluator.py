@@ -252,7 +252,8 @@ class Evaluator:
             if r.deadline < r.job_deadline:  # inside a candidate call
                 message = (f"a call of the candidate (with its synchronize) ran over {r.call_limit:.1f} s, "
                            f"{self.cfg['call_timeout_factor']:.0f}x the reference's time or "
-                           f"{self.cfg['call_timeout']:.0f} s: a hang, or far too slow")
+                           f"{self.cfg['call_timeout']:.0f} s (three times that for the first call): a hang, "
+                           "or far too slow")
             res = dict(status="timeout", reason="timeout", message=message, log=trim_log(_tail(r.log)))
             r.conn.close()
         else:

@@ -152,7 +152,9 @@ def count_torch_extensions():
 
 PATHS = sysconfig.get_paths()
 COMPILERS = tuple(os.path.join(TORCH_DIR, d, "") for d in ("_dynamo", "_inductor")) + tuple(
-    os.path.join(PATHS[k], "triton", "") for k in ("purelib", "platlib"))
+    os.path.join(PATHS[k], "triton", "") for k in ("purelib", "platlib")) + (
+    # a build inside a call (load_inline, load_cuda, load_cpp at the first forward)
+    os.path.join(TORCH_DIR, "utils", "cpp_extension.py"), os.path.join(os.path.dirname(__file__), "builds.py"))
 LIBRARIES = tuple({os.path.join(PATHS[k], "") for k in ("purelib", "platlib")} | {TORCH_DIR})
 
 

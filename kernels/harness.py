@@ -25,6 +25,8 @@ from . import builds, checks, correctness, gate, guards, sandbox, timing, verdic
 from .correctness import tensors
 from .verdicts import Reject, fresh_seed, trim_log
 
+# The first candidate call's deadline, in call limits (Harness.calling).
+FIRST_CALL = 3
 # Host memory the reference models built ahead (Harness.prebuild) may take per worker.
 PREBUILD_BYTES = 2 << 30
 
@@ -84,6 +86,13 @@ def _fenced(x):
     return buf[FENCE:FENCE + x.numel()].view(x.shape)
 
 
+def _how_called(new):
+    """What a call of the model `new` runs: its class's forward and __call__, and the functions
+    behind any forward/__call__ set on the instance."""
+    own = [new.__dict__.get(k) for k in ("forward", "__call__")]
+    return (type(new).forward, type(new).__call__) + tuple(getattr(f, "__func__", f) for f in own)
+
+
 class Harness:
     """What one worker needs to judge one candidate on one task. All its state is named
     here; the phases fill it in order: run_reference, load_candidate, checks.run_checks, timing."""
@@ -104,8 +113,8 @@ class Harness:
         self.built = {}
         # The candidate (load_candidate) and what integrity() compares against: global
         # flags, live threads, callables of the harness and torch, global module hooks;
-        # ModelNew's forward and __call__ (watch_forward).
-        self.sol, self.flags0, self.threads0, self.snap, self.hooks0, self.fwd0 = None, {}, set(), {}, 0, None
+        # ModelNew's forward and __call__, per instance (watch_forward).
+        self.sol, self.flags0, self.threads0, self.snap, self.hooks0, self.fwd0 = None, {}, set(), {}, 0, {}
         # The global flags the candidate set (candidate_flags), and those in force now.
         self.own_flags, self.applied = {}, {}
         # What the verdict reports beyond its status: task flags, notes for the message,
@@ -117,7 +126,7 @@ class Harness:
         # The GPU gate (gate.py): pause points between candidate calls while checking, the
         # GPU alone while timing. Open (no waiting) where a worker has its device alone.
         self.gate = job.get("gate") or gate.Open()
-        self.call_limit, self.in_call = None, False
+        self.call_limit, self.in_call, self.called = None, False, False
         self.left = []  # the candidate's threads still running when its last forward returned
         self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
         # Fixed for reference and candidate alike: no TF32 unless lowered precision is
@@ -272,7 +281,7 @@ class Harness:
         self.call_limit = max(self.cfg["call_timeout"], self.cfg["call_timeout_factor"] * ms / 1e3)
         main = threading.main_thread().ident
 
-        def watch():  # torch.compile (or triton) compiling inside a call is work, not a hang
+        def watch():  # torch.compile, triton or a build inside a call is work, not a hang
             while True:
                 time.sleep(0.5)
                 f = sys._current_frames().get(main)
@@ -289,8 +298,10 @@ class Harness:
         if self.call_limit is None:
             yield
             return
-        self.notify(self.call_limit)
-        self.in_call = True
+        # the first call may build, compile or autotune (cuDNN's search for a 3-D convolution):
+        # FIRST_CALL times the limit; a hang there costs that much once
+        self.notify(self.call_limit * (1 if self.called else FIRST_CALL))
+        self.in_call, self.called = True, True
         try:
             yield
         finally:
@@ -409,15 +420,15 @@ class Harness:
 
     def watch_forward(self, new):
         """Remember how `new` is called, so rebinding forward/__call__ later is caught."""
-        self.fwd0 = (type(new).forward, type(new).__call__, new.__dict__.get("forward"),
-                     new.__dict__.get("__call__"))
+        # per instance (a forward chosen in __init__, self.forward = self._impl, is ordinary
+        # Python: a bound method of its own in every instance), by function, so that no model
+        # is kept alive here; a new instance at a reused id overwrites its entry
+        self.fwd0[id(new)] = _how_called(new)
         if any(m._forward_hooks or m._forward_pre_hooks for m in new.modules()):
             raise Reject("rejected", "forward_hook", "ModelNew registers forward hooks")
 
     def check_forward(self, new, where):
-        now = (type(new).forward, type(new).__call__, new.__dict__.get("forward"),
-               new.__dict__.get("__call__"))
-        if any(a is not b for a, b in zip(now, self.fwd0)):
+        if any(a is not b for a, b in zip(_how_called(new), self.fwd0[id(new)])):
             raise Reject("rejected", "forward_rebound", f"ModelNew's forward/__call__ was rebound during {where}")
         if any(m._forward_hooks or m._forward_pre_hooks for m in new.modules()):
             raise Reject("rejected", "forward_hook", f"ModelNew registered forward hooks during {where}")
