@@ -42,6 +42,8 @@ SETTINGS = {
         allow_lowp=(False, "accept fp16/bf16/TF32 arithmetic in fp32 tasks"),
         require_kernel=(False, "reject candidates that never call a compiled kernel"),
         allow_init_mismatch=(False, "accept a ModelNew that is right only with Model's weights copied in"),
+        allow_distribution_shortcut=(False, "accept (flagged) a ModelNew that is right on the task's inputs "
+                                            "but not on normal or uniform(-1, 1) inputs of the same shapes"),
         static_check=(True, "reject candidates whose Python reaches for the evaluator: frames, hooks, signals, "
                             "raw processes, patched modules (kernels/static.py)"),
         reject_reused_output=(False, "reject outputs returned in an earlier call's buffer (else flagged)"),

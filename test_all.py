@@ -785,6 +785,27 @@ def test_an_input_handed_back_is_rejected_unless_the_reference_does_the_same(cac
     assert b.ok, (b.status, b.reason, b.message)
 
 
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=[gpu, needs_cuda])])
+def test_a_shortcut_right_only_on_the_tasks_inputs_is_rejected(cache, tmp_path, backend):
+    """A ReLU dropped because the task's torch.rand inputs are never negative is right on the
+    task's inputs and wrong on normal and uniform(-1, 1) ones of the same shape: rejected as
+    input_distribution, or accepted flagged with allow_distribution_shortcut; the honest ReLU
+    and a reference that is not finite on other inputs (a log) stay ok."""
+    relu, log = tmp_path / "relu_rand.py", tmp_path / "log_rand.py"
+    relu.write_text(_RELU_RAND.format(view=""))
+    log.write_text(_RELU_RAND.replace("torch.relu(x)", "torch.log(x)").format(view=""))
+    t_relu, t_log = taskset.load_tasks(str(relu))[0], taskset.load_tasks(str(log))[0]
+    body = "import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return {}\n"
+    shortcut, honest, log_ok = body.format("x.clone()"), body.format("torch.relu(x)"), body.format("torch.log(x)")
+    with make_eval(cache, backend) as ev:
+        a, b, c = ev.evaluate([(t_relu, shortcut), (t_relu, honest), (t_log, log_ok)])
+    assert (a.status, a.reason) == ("rejected", "input_distribution"), (a.status, a.reason, a.message)
+    assert b.ok and c.ok, (b.status, b.reason, b.message, c.status, c.reason, c.message)
+    with make_eval(cache, backend, allow_distribution_shortcut=True) as ev:
+        [a] = ev.evaluate([(t_relu, shortcut)])
+    assert a.ok and "input_distribution" in a.flags, (a.status, a.reason, a.flags)
+
+
 def test_secrets_of_the_processes_above_stay_out_of_reach(cache, tmp_path):
     """The evaluator's own environment (a key set before it started, so in its
     /proc/<pid>/environ) is out of a candidate's reach (hacks/sandbox_ancestor_env.py), and a

@@ -94,11 +94,54 @@ def run_checks(h):
             del out, r32, r64, snap
         if kept is None:
             kept = (ref, new, ref64)
+            other_distributions(h, new, ref, ref64)
         del ref64, held
     h.max_err, h.tol = max(errs), min(tols)
     if constant:  # the output never changed with the input, like the all-zero task that scored 120x
         h.flags.append("input_independent")
     return kept
+
+
+# Values the task's inputs are also drawn from, shapes and dtypes kept (floating inputs only).
+DISTRIBUTIONS = {"normal(0, 1)": lambda x: x.normal_(), "uniform(-1, 1)": lambda x: x.uniform_(-1, 1)}
+
+
+def other_distributions(h, new, ref, ref64):
+    """The candidate on input sets of the task's shapes drawn from other distributions: right
+    only on the task's own (a ReLU dropped because torch.rand is never negative) is a shortcut
+    an RL policy would learn. Where the reference's output is not finite on them (a log, a
+    square root), or the reference fails, that distribution says nothing and is skipped.
+    Rejected (input_distribution), or with allow_distribution_shortcut flagged."""
+    for name, draw in DISTRIBUTIONS.items():
+        h.gate.pause_point()
+        xs = h.inputs(fenced=True)
+        floats = [x for x in xs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        if not floats:
+            return
+        for x in floats:
+            draw(x)
+        clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+        where = f"inputs drawn from {name}"
+        with correctness.poisoned(h.out_specs, h.dev):
+            out = h.forward(new, xs, where)
+        try:
+            r32, r64, _ = correctness.reference_outputs(ref, ref64, clones)
+        except Exception:
+            continue
+        if not all(t.isfinite().all() for t in tensors(r32) if t.is_floating_point()):
+            continue
+        try:
+            correctness.compare(out, r32, r64, h.cfg["allow_lowp"], where)
+        except Reject as r:
+            if r.reason not in ("mismatch", "nan", "precision"):
+                raise
+            if not h.cfg["allow_distribution_shortcut"]:
+                raise Reject("rejected", "input_distribution", f"right on the task's inputs, wrong on inputs of its "
+                             f"shapes {where}: {r.message} (a shortcut that holds only for the task's distribution; "
+                             "--allow_distribution_shortcut accepts it, flagged)") from None
+            if "input_distribution" not in h.flags:
+                h.flags.append("input_distribution")
+            return
 
 
 def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
