@@ -137,7 +137,7 @@ SETTINGS = {
         exemplars_db=("", "model mode: show exemplars from this db.jsonl (or Stage 1's data.jsonl)"),
     )),
     "bench": ("bench.py", dict(
-        what=("all", "throughput | stability | all | gpus | sandbox | policy"),
+        what=("all", "throughput | stability | all | gpus | sandbox | load | policy"),
         shapes=("0.5b,1.5b", "policy: model shapes, random weights (0.5b 1.5b 3b 7b 14b 32b)"),
         modes=("full,lora", "policy: full | lora | fsdp (fsdp under torchrun)"),
         bench_prompts=(8, "policy: prompts per step (each sampled crl_samples times)"),
@@ -150,7 +150,7 @@ DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items(
 # typo fails in the first second, not after an hour of judging.
 CHOICES = dict(backend=("auto", "cuda", "cpu"), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
                grad_ckpt=("auto", "on", "off"), sampler=("auto", "hf"), exemplars=("bucket", "random"),
-               baseline=("eager", "compile"), what=("throughput", "stability", "all", "gpus", "sandbox", "policy"))
+               baseline=("eager", "compile"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy"))
 AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_runs", "tiny_dim", "tiny_layers",
                 "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",
                 "epochs", "batch_size", "grad_accum", "ckpt_every", "log_every", "st_epochs", "crl_steps",

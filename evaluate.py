@@ -144,6 +144,10 @@ def report(verdicts):
     if len({v.task for v in main}) < len(main):
         out["best_per_task"] = summarize(best_per_task(main))
         print_summary(out["best_per_task"], "best per task")
+    loaded = [v for v in verdicts if "disturbed" in v.flags]
+    if loaded:
+        print(f"{len(loaded)} of {len(verdicts)} timed while other processes used the timing cores (flagged "
+              f"disturbed): on the CPU such a load can move a speedup several-fold; time them on a quiet machine")
     if flagged:
         out["flagged"] = summarize(flagged)
         names = sorted({v.task for v in flagged})

@@ -477,6 +477,7 @@ class _TimedHarness:
         self.reference_flags = self.calling = contextlib.nullcontext
         self.candidate_flags = lambda where: contextlib.nullcontext()
         self.check_forward = self.integrity = lambda *a: None
+        self.flags, self.load_probe = [], None
 
     def clock(self):
         return self.t
@@ -539,6 +540,55 @@ def test_timing_extra_rounds_follow_the_speedup(shared, rounds):
     assert len(new.calls) == 4 + 100 * rounds
     ratios = [1.0, 1 / 1.2]
     assert spread == pytest.approx(0.0 if shared else (ratios[0] - ratios[1]) / (sum(ratios) / 2))
+
+
+@pytest.mark.parametrize("loaded_rounds", [2, 1000])
+def test_cpu_rounds_under_load_are_measured_again_then_flagged(monkeypatch, loaded_rounds):
+    """A round during which other processes took the timing cores is thrown away and measured
+    again; a load that lasts past the retries is kept, and the verdict says so ("disturbed").
+    The probe is a fake that reports a full core of load for the first `loaded_rounds` rounds."""
+    from kernels import timing
+    monkeypatch.setattr(timing, "_SLEEP", lambda s: None)
+    cfg = dict(config.DEFAULTS, backend="cpu")
+    h = _TimedHarness(cfg)
+    seen = []
+
+    class Probe:
+        def start(self):
+            pass
+
+        def stop(self):
+            seen.append(1)
+            return 1.0 if len(seen) <= loaded_rounds else 0.0
+    h.load_probe = Probe
+    ref, new = h.program(0.3), h.program(0.3)
+    timing.run_timing(h, ref, new)
+    rounds = cfg["timing_rounds"]
+    if loaded_rounds == 2:  # the first round measured three times: no flag
+        assert len(seen) == rounds + 2 and "disturbed" not in h.flags
+    else:  # the first round measured RETRIES + 1 times, then kept; the later ones not retried
+        assert len(seen) == timing.RETRIES + rounds and "disturbed" in h.flags
+        assert any("under load" in n for n in h.notes)
+
+
+def test_the_load_probe_sees_another_process_on_its_cores():
+    """timing.LoadProbe on this machine: a process spinning on one of our cores shows as at
+    least half a core of others' load over 0.5 s (skipped where /proc/stat is unreadable)."""
+    from kernels import timing
+    core = sorted(os.sched_getaffinity(0))[0]
+    spin = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, [{core}])\nwhile True: pass"])
+    try:
+        time.sleep(0.5)
+        probe = timing.LoadProbe()
+        probe.start()
+        if probe.busy is None:
+            pytest.skip("/proc/stat is unreadable here")
+        time.sleep(0.5)
+        load = probe.stop()
+    finally:
+        spin.kill()
+        spin.wait()
+    assert load >= 0.5, load
 
 
 def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():

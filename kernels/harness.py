@@ -105,6 +105,8 @@ class Harness:
         # The clocks and barriers the harness uses, captured before any candidate runs.
         self.clock = time.perf_counter
         self.sync = torch.cuda.synchronize if self.cuda else (lambda: None)
+        # On the CPU, what other processes take of the timing cores (timing.LoadProbe)
+        self.load_probe = None if self.cuda else timing.LoadProbe
         # The task (load_task): its module, its plain top-level values (the sizes its input
         # functions read, watched for changes), constructor arguments, and the bytes and
         # dtype of each reference output (where the poison goes).
