@@ -136,9 +136,10 @@ def other_distributions(h, new, ref, ref64):
             if r.reason not in ("mismatch", "nan", "precision"):
                 raise
             if not h.cfg["allow_distribution_shortcut"]:
-                raise Reject("rejected", "input_distribution", f"right on the task's inputs, wrong on inputs of its "
-                             f"shapes {where}: {r.message} (a shortcut that holds only for the task's distribution; "
-                             "--allow_distribution_shortcut accepts it, flagged)") from None
+                raise Reject("rejected", "input_distribution", f"right on the task's own input sets, wrong on inputs of "
+                             f"its shapes {where}: {r.message} (a shortcut that holds only for the task's "
+                             "distribution, or an error its own draws did not show; --allow_distribution_shortcut "
+                             "accepts it, flagged)") from None
             if "input_distribution" not in h.flags:
                 h.flags.append("input_distribution")
             return
