@@ -135,6 +135,8 @@ SETTINGS = {
         checkpoint=("", "model mode: checkpoint(s) to sample from, comma list (\"base\" = --model)"),
         samples=(0, "model mode: k samples per task (0 = solutions mode)"),
         exemplars_db=("", "model mode: show exemplars from this db.jsonl (or Stage 1's data.jsonl)"),
+        resume=(False, "solutions mode: reuse the verdicts earlier runs journalled under the same evaluator "
+                       "settings (out/evaluate/*.verdicts.jsonl); judge only the rest"),
     )),
     "bench": ("bench.py", dict(
         what=("all", "throughput | stability | all | gpus | sandbox | load | policy"),

@@ -10,11 +10,15 @@ rejection reasons.
     python evaluate.py --tasks ../KernelBench/KernelBench/level1 --solutions runs/level1
     python evaluate.py --solutions cuda_l1_h100.jsonl      # records carry their own ref_code
     python evaluate.py --solutions optimized_cuda_code/codes/h100.json   # the CUDA-L1 repository's file
+    python evaluate.py --solutions cuda_l1_h100.jsonl --resume   # after an interruption: judged ones reused
     python evaluate.py --tasks problems.jsonl --reference_only     # KernelBench as one JSONL
 
 Settings are config.py's (`--key=value`, `--help` lists them); the full results go to
-out/evaluate/<time>.json.
+out/evaluate/<time>.json. In solutions mode every verdict is also written as it lands to
+out/evaluate/<time>.verdicts.jsonl, with a fingerprint of the evaluator settings it was judged
+under; --resume reuses those of earlier runs with the same settings and judges the rest.
 """
+import glob
 import functools
 import json
 import math
@@ -253,6 +257,50 @@ def model_mode(cfg, tasks, ev, rank, world):
     return verdicts, summary, samples
 
 
+# Evaluator settings that decide where and how fast a run goes, not what its verdicts say.
+OPERATIONAL = ("gpus", "workers", "checks_per_gpu", "cache_dir")
+
+
+def settings_key(cfg, backend):
+    """A fingerprint of the settings a verdict depends on: journalled verdicts are reused
+    (--resume) only under the same ones."""
+    judged = {k: cfg[k] for k in config.SETTINGS["evaluator"][1] if k not in OPERATIONAL}
+    return taskset.sha(json.dumps(dict(judged, backend=backend), sort_keys=True, default=str))[:16]
+
+
+def earlier_verdicts(cfg, key):
+    """(task hash, source hash) -> a verdict's fields, from every journal under out/evaluate
+    written with the settings fingerprint `key` (a line torn by a kill is skipped)."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(cfg["out"], "evaluate", "*.verdicts*.jsonl"))):
+        for row in common.read_jsonl(path, torn_tail=True):
+            if row.get("settings") == key:
+                out[(row["task_hash"], row["verdict"]["source_hash"])] = row["verdict"]
+    return out
+
+
+def judge_solutions(cfg, ev, pairs, stamp, rank, world):
+    """Solutions mode's judging: verdicts journalled as they land, those of earlier runs
+    reused with --resume -> [Verdict] in the pairs' order."""
+    key = settings_key(cfg, ev.backend)
+    before = earlier_verdicts(cfg, key) if cfg["resume"] else {}
+    old = {i: before[k] for i, (t, s) in enumerate(pairs) if (k := (t.hash, taskset.sha(s.code or ""))) in before}
+    if cfg["resume"] and rank == 0:
+        print(f"resumed: {len(old)} of {len(pairs)} verdicts from earlier runs with these settings")
+    path = os.path.join(cfg["out"], "evaluate", f"{stamp}.verdicts" + (f"-rank{rank}" if world > 1 else "") + ".jsonl")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    def judge(part):
+        with open(path, "a") as f:
+            def land(i, v):
+                f.write(json.dumps(dict(settings=key, task_hash=part[i][0].hash, verdict=v.to_dict())) + "\n")
+                f.flush()
+            return ev.evaluate(part, on_verdict=land)
+    fresh = iter(common.sharded(judge, [p for i, p in enumerate(pairs) if i not in old], rank, world))
+    return [kernels.Verdict(**dict(old[i], task=t.name, solution=s.name)) if i in old else next(fresh)
+            for i, (t, s) in enumerate(pairs)]
+
+
 def backend_why(cfg, backend):
     """Why this machine runs `backend` (kernels.pick_backend's choice), for error messages."""
     if cfg["backend"] != "auto":
@@ -298,7 +346,7 @@ def nothing_to_evaluate(p, cfg, backend, tasks):
 
 def run(cfg):
     rank, world, cfg = common.dist_setup(cfg)  # under torchrun: one GPU and a share of the cores per rank
-    t0 = time.time()
+    t0, stamp = time.time(), time.strftime("%Y%m%d-%H%M%S")
     all_tasks = taskset.load_tasks(cfg["tasks"])
     tasks = taskset.select(all_tasks, cfg["only"])
     solutions = taskset.load_solutions(cfg["solutions"]) if cfg["solutions"] else []
@@ -342,7 +390,7 @@ def run(cfg):
                 print(f"{len(p.other_backend)} solution(s) written for another backend than {ev.backend}, skipped")
             if not p.pairs:
                 raise ValueError(nothing_to_evaluate(p, cfg, ev.backend, [] if own else all_tasks))
-            verdicts = common.sharded(ev.evaluate, p.pairs, rank, world)
+            verdicts = judge_solutions(cfg, ev, p.pairs, stamp, rank, world)
             if rank == 0:
                 print()
                 summary = report(verdicts)
@@ -351,7 +399,6 @@ def run(cfg):
     common.dist_teardown()
     if rank != 0:  # rank 0 reports and writes
         return verdicts, None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     path = os.path.join(cfg["out"], "evaluate", f"{stamp}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:

@@ -1180,6 +1180,29 @@ def test_evaluate_cli_writes_results(cache, tmp_path):
     assert bad.returncode != 0 and "no such solutions" in bad.stderr
 
 
+def test_evaluate_journals_verdicts_and_resumes_after_an_interruption(cache, tmp_path, capsys):
+    """Solutions mode writes each verdict as it lands; --resume reuses those of a journal with
+    the same evaluator settings (a line torn by a kill skipped) and judges only the rest; other
+    settings reuse nothing."""
+    sols = os.path.join(HERE, "tasks", "seeds", "cpu")
+    argv = ["--backend=cpu", "--tasks=builtin", f"--solutions={sols}", "--only=gelu", f"--cache_dir={cache}",
+            f"--out={tmp_path}", "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
+    first, _ = evaluate.main(argv)
+    [journal] = glob.glob(str(tmp_path / "evaluate" / "*.verdicts.jsonl"))
+    lines = open(journal).read().splitlines()
+    assert len(lines) == 2
+    with open(journal, "w") as f:  # killed after the first verdict, in the middle of the second
+        f.write(lines[0] + "\n" + lines[1][:40])
+    capsys.readouterr()
+    again, _ = evaluate.main(argv + ["--resume"])
+    assert "resumed: 1 of 2 verdicts" in capsys.readouterr().out
+    assert [(v.solution, v.status) for v in again] == [(v.solution, v.status) for v in first]
+    kept = json.loads(lines[0])["verdict"]
+    assert any(v.speedup == kept["speedup"] and v.seed == kept["seed"] for v in again)  # reused, not re-measured
+    evaluate.main(argv + ["--resume", "--check_inputs=3"])
+    assert "resumed: 0 of 2 verdicts" in capsys.readouterr().out
+
+
 def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path, tasks):
     """The CUDA-L1 repository's per-GPU file (one JSON object keyed by level) loads, and
     records with a published score are reported beside our measurement."""

@@ -343,31 +343,41 @@ class Evaluator:
                 f"line {n}: {what}" for n, what in found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else ""))
         return None
 
-    def evaluate(self, pairs, progress=None, desc="evaluating"):
+    def evaluate(self, pairs, progress=None, desc="evaluating", on_verdict=None):
         """[(Task, code or Solution)] -> [Verdict], in order. Identical pairs are judged once
-        (and remembered for this Evaluator's lifetime)."""
+        (and remembered for this Evaluator's lifetime). on_verdict(i, verdict) is called as
+        each one lands (evaluate.py journals them, so an interrupted run loses nothing)."""
         items, verdicts = {}, [None] * len(pairs)
-        for i, (task, sol) in enumerate(pairs):
-            code = sol.code if isinstance(sol, taskset.Solution) else sol
-            name = sol.name if isinstance(sol, taskset.Solution) else f"{task.name}#{taskset.sha(code or '')[:8]}"
-            key = (task.hash, taskset.sha(code or ""))
-            if key in self.memo:
-                verdicts[i] = Verdict(**{**self.memo[key], "task": task.name, "solution": name})
-                continue
-            if key not in items:
-                pre = self._precheck(task, code)
-                items[key] = dict(task=task, code=code, name=name, idx=[], res=pre,
-                                  job=None if pre else self._job(task, code))
-            items[key]["idx"].append(i)
-        todo = [it for it in items.values() if it["res"] is None]
-        self._schedule(todo, ["compile", "run"], progress, desc)
-        for key, it in items.items():
+
+        def finish(key, it):
             fields = {k: v for k, v in it["res"].items() if k in Verdict.__dataclass_fields__}
             fields.update(source_hash=key[1], seed=it["job"]["seed"] if it["job"] else 0)
             self.memo[key] = fields
             for i in it["idx"]:
                 name = pairs[i][1].name if isinstance(pairs[i][1], taskset.Solution) else it["name"]
                 verdicts[i] = Verdict(**{**fields, "task": pairs[i][0].name, "solution": name})
+                if on_verdict:
+                    on_verdict(i, verdicts[i])
+
+        for i, (task, sol) in enumerate(pairs):
+            code = sol.code if isinstance(sol, taskset.Solution) else sol
+            name = sol.name if isinstance(sol, taskset.Solution) else f"{task.name}#{taskset.sha(code or '')[:8]}"
+            key = (task.hash, taskset.sha(code or ""))
+            if key in self.memo:
+                verdicts[i] = Verdict(**{**self.memo[key], "task": task.name, "solution": name})
+                if on_verdict:
+                    on_verdict(i, verdicts[i])
+                continue
+            if key not in items:
+                pre = self._precheck(task, code)
+                items[key] = dict(task=task, code=code, name=name, idx=[], res=pre, key=key,
+                                  job=None if pre else self._job(task, code))
+            items[key]["idx"].append(i)
+        for key, it in items.items():  # verdicts that needed no worker land first
+            if it["res"] is not None:
+                finish(key, it)
+        todo = [it for it in items.values() if it["res"] is None]
+        self._schedule(todo, ["compile", "run"], progress, desc, landed=lambda it: finish(it["key"], it))
         return verdicts
 
     def evaluate_responses(self, tasks_and_texts, parse, desc="judging"):
@@ -389,9 +399,10 @@ class Evaluator:
                         **{k: v for k, v in it["res"].items() if k in Verdict.__dataclass_fields__})
                 for it in items]
 
-    def _schedule(self, items, phases, progress, desc):
+    def _schedule(self, items, phases, progress, desc, landed=None):
         """Move each item through its phases: 'compile' on up to `workers` processes,
-        'run'/'reference' one per device slot (checks_per_gpu slots per GPU, one on CPU)."""
+        'run'/'reference' one per device slot (checks_per_gpu slots per GPU, one on CPU);
+        landed(item) as each finishes."""
         import collections
         import multiprocessing.connection as mpc
         bar = None
@@ -474,6 +485,8 @@ class Evaluator:
                     res["seconds"]["total"] = round(sum(v for k, v in res["seconds"].items()
                                                         if k in ("compile", "run", "reference", "confirm")), 3)
                     r.item["res"] = res
+                    if landed:
+                        landed(r.item)
                     if bar:
                         bar.update(1)
                         bar.set_postfix_str(f"{r.item['task'].name}: {res['status']}", refresh=False)
