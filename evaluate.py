@@ -186,6 +186,21 @@ def audit(pairs, verdicts):
     return dict(n=len(rows), both=len(ratios), median_ratio=med, not_accepted=why, rows=rows)
 
 
+def write_audit(rows, stem):
+    """The audit's per-record table as `<stem>.audit.md` and `<stem>.audit.csv` -> their paths."""
+    import csv
+    cols = ["task", "solution", "published", "measured", "ratio", "status", "reason"]
+    fmt = lambda x: "" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+    with open(stem + ".audit.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        w.writerows([[fmt(r[c]) for c in cols] for r in rows])
+    with open(stem + ".audit.md", "w") as f:
+        f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
+        f.writelines("| " + " | ".join(fmt(r[c]).replace("|", "/") for c in cols) + " |\n" for r in rows)
+    return stem + ".audit.md", stem + ".audit.csv"
+
+
 def sample_pairs(cfg, tasks, backend, checkpoint):
     """Model mode: k samples per task from one checkpoint ("" or "base": --model, and with
     no --model the tiny built-in model, untrained) -> ([(Task, Solution)], [Verdict for
@@ -405,6 +420,9 @@ def run(cfg):
         json.dump(dict(config=cfg, backend=ev.backend, summary=summary, seconds=time.time() - t0,
                        verdicts=[v.to_dict() for v in verdicts], samples=samples), f, indent=1)
     print(f"results: {path} ({time.time() - t0:.0f} s)")
+    if summary and summary.get("audit"):
+        md, csv_path = write_audit(summary["audit"]["rows"], path[:-len(".json")])
+        print(f"audit table: {md}, {csv_path}")
     return verdicts, summary
 
 

@@ -1218,6 +1218,10 @@ def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path
     a = summary["audit"]
     assert a["n"] == 2 and a["both"] == 1 and a["not_accepted"] == {"incorrect/mismatch": 1}
     assert a["median_ratio"] == pytest.approx(a["rows"][0]["measured"] / 2.0)
+    [md] = glob.glob(str(tmp_path / "evaluate" / "*.audit.md"))
+    table = open(md).read().splitlines()
+    assert len(table) == 4 and "incorrect | mismatch" in table[-1], table
+    assert len(open(md[:-3] + ".csv").read().splitlines()) == 3
 
 
 def test_reference_only_mode(cache, tasks):
