@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from . import correctness, harness
+from . import correctness, harness, timing
 from .verdicts import Reject, median
 
 _NOW, _RAW = time.clock_gettime_ns, time.CLOCK_MONOTONIC_RAW
@@ -46,8 +46,7 @@ def measure(h, ref, new, tol):
     own cost; spread is the relative range of the speedups of the first, middle and last
     third of the pairs. Raises Reject when an output disagrees with the reference's."""
     ref_fn = h.ref_compiled if h.cfg["baseline"] == "compile" else ref
-    flush = torch.empty(2 * torch.cuda.get_device_properties(h.dev).L2_cache_size if h.cuda else 32 << 20,
-                        dtype=torch.uint8, device=h.dev)
+    flush = timing.flush_buffer(h)
 
     def call(fn, xs):
         flush.zero_()

@@ -5,7 +5,8 @@ Both programs are timed under the same conditions: a warm-up, a cache flush befo
 call, a device-wide synchronize before the end mark, a pool of fresh input sets, the two
 interleaved in random order, the median of each round, more rounds while the rounds'
 speedups disagree, and a longer re-measure for implausible speedups. On a GPU the worker
-has it alone while it times (gate.py).
+has it alone while it times (gate.py); on the CPU a round during which other processes used
+its cores is measured again, then kept and flagged (LoadProbe).
 """
 import contextlib
 import os
@@ -64,6 +65,13 @@ def _spread(xs):
     return (max(xs) - min(xs)) / median(xs) if xs and median(xs) > 0 else 0.0
 
 
+def flush_buffer(h):
+    """What is zeroed before every timed call, so that no call finds its data in a cache the
+    previous one warmed: twice the GPU's L2, or 32 MiB on the CPU (the second timer uses it too)."""
+    size = 2 * torch.cuda.get_device_properties(h.dev).L2_cache_size if h.cuda else 32 << 20
+    return torch.empty(size, dtype=torch.uint8, device=h.dev)
+
+
 def run_timing(h, ref, new):
     """h: the worker's Harness; ref, new: the checked models -> (reference ms, candidate ms,
     spread of the per-round speedups). Exceptions from candidate code pass through: the
@@ -78,12 +86,9 @@ def run_timing(h, ref, new):
     set_bytes = max(1, sum(x.numel() * x.element_size() for x in tensors(x0)))
     budget = min(4e9, 0.25 * torch.cuda.mem_get_info()[0]) if h.cuda else 5e8
     pool = [x0] + [h.inputs(fenced=True) for _ in range(int(min(7, budget // set_bytes)))]
+    flush = flush_buffer(h)
     if h.cuda:
-        flush = torch.empty(2 * torch.cuda.get_device_properties(h.dev).L2_cache_size,
-                            dtype=torch.uint8, device=h.dev)
         ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    else:
-        flush = torch.empty(32 << 20, dtype=torch.uint8)
     step = [0]
 
     def timed(fn):
