@@ -40,6 +40,8 @@ SETTINGS = {
         check_seeds=(2, "weight seeds for the correctness check (at least 2)"),
         check_inputs=(2, "fresh input sets per weight seed"),
         allow_lowp=(False, "accept fp16/bf16/TF32 arithmetic in fp32 tasks"),
+        strict_fp32=(False, "TF32 off for reference and candidate (else PyTorch's defaults, as KernelBench "
+                            "and CUDA-L1 time: cuDNN convolutions in TF32)"),
         require_kernel=(False, "reject candidates that never call a compiled kernel"),
         allow_init_mismatch=(False, "accept a ModelNew that is right only with Model's weights copied in"),
         allow_distribution_shortcut=(False, "accept (flagged) a ModelNew that is right on the task's inputs "
@@ -137,6 +139,8 @@ SETTINGS = {
         exemplars_db=("", "model mode: show exemplars from this db.jsonl (or Stage 1's data.jsonl)"),
         resume=(False, "solutions mode: reuse the verdicts earlier runs journalled under the same evaluator "
                        "settings (out/evaluate/*.verdicts.jsonl); judge only the rest"),
+        kernelbench_verdict=("audit", "solutions mode: also judge each candidate as KernelBench's eval does, shown "
+                                      "beside ours: audit (solutions with published speedups) | always | never"),
     )),
     "bench": ("bench.py", dict(
         what=("all", "throughput | stability | all | gpus | sandbox | load | policy"),
@@ -152,7 +156,7 @@ DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items(
 # typo fails in the first second, not after an hour of judging.
 CHOICES = dict(backend=("auto", "cuda", "cpu"), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
                grad_ckpt=("auto", "on", "off"), sampler=("auto", "hf"), exemplars=("bucket", "random"),
-               baseline=("eager", "compile"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy"))
+               baseline=("eager", "compile"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy"))
 AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_runs", "tiny_dim", "tiny_layers",
                 "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",
                 "epochs", "batch_size", "grad_accum", "ckpt_every", "log_every", "st_epochs", "crl_steps",

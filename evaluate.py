@@ -161,12 +161,21 @@ def report(verdicts):
     return out
 
 
+def _kb(v):
+    """KernelBench's verdict on one record as a short string ('' where not asked for)."""
+    kb = v.kernelbench
+    if not kb:
+        return ""
+    return f"ok {kb['speedup']:.2f}x" if kb["status"] == "ok" else f"{kb['status']}/{kb['reason']}"
+
+
 def audit(pairs, verdicts):
     """Solutions that carry a published score (the CUDA-L1 release's records do): our
     measured speedup beside theirs per task, the median of ours / theirs over the tasks both
-    accept, and why the others were not accepted here."""
-    rows, ratios, why = [], [], {}
-    print(f"\n{'task':28s} {'published':>10s} {'measured':>10s} {'ratio':>7s}  verdict")
+    accept, why the others were not accepted here, and where KernelBench's own verdict
+    (Verdict.kernelbench) differs from ours, with the reason each side gave."""
+    rows, ratios, why, differ = [], [], {}, {}
+    print(f"\n{'task':28s} {'published':>10s} {'measured':>10s} {'ratio':>7s}  {'verdict':30s} KernelBench's")
     for (t, s), v in zip(pairs, verdicts):
         if s.score is None:
             continue
@@ -175,29 +184,42 @@ def audit(pairs, verdicts):
             ratios.append(ratio)
         elif not v.ok:
             why[f"{v.status}/{v.reason}"] = why.get(f"{v.status}/{v.reason}", 0) + 1
+        kb = v.kernelbench or {}
+        if kb and (kb["status"] == "ok") != v.ok:
+            k = (f"ours {v.status}/{v.reason}, KernelBench's ok" if kb["status"] == "ok"
+                 else f"ours ok, KernelBench's {kb['status']}/{kb['reason']}")
+            differ[k] = differ.get(k, 0) + 1
         rows.append(dict(task=t.name, solution=s.name, published=s.score, measured=v.speedup if v.ok else None,
-                         ratio=ratio, status=v.status, reason=v.reason))
+                         ratio=ratio, status=v.status, reason=v.reason, kernelbench=_kb(v),
+                         kernelbench_message=kb.get("message", "") if kb.get("status") != "ok" else ""))
         print(f"{t.name[:28]:28s} {s.score:10.2f} {_fmt(v.speedup if v.ok else None):>10s} {_fmt(ratio, '.3f'):>7s}  "
-              f"{v.status}{'/' + v.reason if v.reason else ''}")
+              f"{(v.status + ('/' + v.reason if v.reason else ''))[:30]:30s} {_kb(v)}")
     med = kernels.median(ratios) if ratios else None
     print(f"measured / published: median {_fmt(med, '.3f')} over the {len(ratios)} of {len(rows)} tasks both accept")
     if why:
         print("not accepted here: " + ", ".join(f"{k} {n}" for k, n in sorted(why.items(), key=lambda kv: -kv[1])))
-    return dict(n=len(rows), both=len(ratios), median_ratio=med, not_accepted=why, rows=rows)
+    judged = [r for r in rows if r["kernelbench"]]
+    if judged:
+        same = len(judged) - sum(differ.values())
+        print(f"KernelBench's verdict agrees with ours (both accept or both reject) on {same} of {len(judged)}" +
+              "".join(f"\n  {k}: {n}" for k, n in sorted(differ.items(), key=lambda kv: -kv[1])))
+    return dict(n=len(rows), both=len(ratios), median_ratio=med, not_accepted=why, differ=differ, rows=rows)
 
 
 def write_audit(rows, stem):
     """The audit's per-record table as `<stem>.audit.md` and `<stem>.audit.csv` -> their paths."""
     import csv
-    cols = ["task", "solution", "published", "measured", "ratio", "status", "reason"]
+    cols = ["task", "solution", "published", "measured", "ratio", "status", "reason", "kernelbench",
+            "kernelbench_message"]
     fmt = lambda x: "" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
     with open(stem + ".audit.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
-        w.writerows([[fmt(r[c]) for c in cols] for r in rows])
+        w.writerows([[fmt(r.get(c)) for c in cols] for r in rows])
     with open(stem + ".audit.md", "w") as f:
         f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
-        f.writelines("| " + " | ".join(fmt(r[c]).replace("|", "/") for c in cols) + " |\n" for r in rows)
+        f.writelines("| " + " | ".join(fmt(r.get(c)).replace("|", "/").replace("\n", " ") for c in cols) + " |\n"
+                     for r in rows)
     return stem + ".audit.md", stem + ".audit.csv"
 
 
@@ -276,11 +298,12 @@ def model_mode(cfg, tasks, ev, rank, world):
 OPERATIONAL = ("gpus", "workers", "checks_per_gpu", "cache_dir")
 
 
-def settings_key(cfg, backend):
+def settings_key(cfg, backend, kernelbench):
     """A fingerprint of the settings a verdict depends on: journalled verdicts are reused
     (--resume) only under the same ones."""
     judged = {k: cfg[k] for k in config.SETTINGS["evaluator"][1] if k not in OPERATIONAL}
-    return taskset.sha(json.dumps(dict(judged, backend=backend), sort_keys=True, default=str))[:16]
+    return taskset.sha(json.dumps(dict(judged, backend=backend, kernelbench=kernelbench), sort_keys=True,
+                                  default=str))[:16]
 
 
 def earlier_verdicts(cfg, key):
@@ -296,8 +319,11 @@ def earlier_verdicts(cfg, key):
 
 def judge_solutions(cfg, ev, pairs, stamp, rank, world):
     """Solutions mode's judging: verdicts journalled as they land, those of earlier runs
-    reused with --resume -> [Verdict] in the pairs' order."""
-    key = settings_key(cfg, ev.backend)
+    reused with --resume -> [Verdict] in the pairs' order. In an audit (solutions with
+    published speedups) KernelBench's verdict is asked for too (--kernelbench_verdict)."""
+    audit = any(s.score is not None for _, s in pairs)
+    kb = cfg["kernelbench_verdict"] == "always" or (cfg["kernelbench_verdict"] == "audit" and audit)
+    key = settings_key(cfg, ev.backend, kb)
     before = earlier_verdicts(cfg, key) if cfg["resume"] else {}
     old = {i: before[k] for i, (t, s) in enumerate(pairs) if (k := (t.hash, taskset.sha(s.code or ""))) in before}
     if cfg["resume"] and rank == 0:
@@ -310,7 +336,7 @@ def judge_solutions(cfg, ev, pairs, stamp, rank, world):
             def land(i, v):
                 f.write(json.dumps(dict(settings=key, task_hash=part[i][0].hash, verdict=v.to_dict())) + "\n")
                 f.flush()
-            return ev.evaluate(part, on_verdict=land)
+            return ev.evaluate(part, on_verdict=land, kernelbench=kb)
     fresh = iter(common.sharded(judge, [p for i, p in enumerate(pairs) if i not in old], rank, world))
     return [kernels.Verdict(**dict(old[i], task=t.name, solution=s.name)) if i in old else next(fresh)
             for i, (t, s) in enumerate(pairs)]

@@ -1205,23 +1205,33 @@ def test_evaluate_journals_verdicts_and_resumes_after_an_interruption(cache, tmp
 
 def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path, tasks):
     """The CUDA-L1 repository's per-GPU file (one JSON object keyed by level) loads, and
-    records with a published score are reported beside our measurement."""
+    records with a published score are reported beside our measurement and beside
+    KernelBench's own verdict, which differs from ours on a candidate that overwrites its
+    input after computing (KernelBench runs the reference first and never looks again)."""
     seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
     wrong = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    mutates = ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+               "        y = torch.nn.functional.gelu(x)\n        x.zero_()\n        return y\n")
     path = tmp_path / "h100.json"
     path.write_text(json.dumps({"1": [dict(task_id=19, ref_code=tasks["gelu"].code, custom_code=seed, score=2.0),
-                                      dict(task_id=20, ref_code=tasks["gelu"].code, custom_code=wrong, score=5.0)]}))
+                                      dict(task_id=20, ref_code=tasks["gelu"].code, custom_code=wrong, score=5.0),
+                                      dict(task_id=21, ref_code=tasks["gelu"].code, custom_code=mutates, score=1.0)]}))
     sols = taskset.load_solutions(str(path))
-    assert [(s.level, s.problem_id, s.score) for s in sols] == [(1, 19, 2.0), (1, 20, 5.0)]
+    assert [(s.level, s.problem_id, s.score) for s in sols] == [(1, 19, 2.0), (1, 20, 5.0), (1, 21, 1.0)]
     _, summary = evaluate.main([f"--solutions={path}", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
                                 "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"])
     a = summary["audit"]
-    assert a["n"] == 2 and a["both"] == 1 and a["not_accepted"] == {"incorrect/mismatch": 1}
+    assert a["n"] == 3 and a["both"] == 1
+    assert a["not_accepted"] == {"incorrect/mismatch": 1, "rejected/input_mutated": 1}, a["not_accepted"]
     assert a["median_ratio"] == pytest.approx(a["rows"][0]["measured"] / 2.0)
+    kb = [r["kernelbench"] for r in a["rows"]]
+    assert kb[0].startswith("ok ") and kb[1] == "incorrect/mismatch" and kb[2].startswith("ok "), kb
+    assert "allclose" in a["rows"][1]["kernelbench_message"]
+    assert a["differ"] == {"ours rejected/input_mutated, KernelBench's ok": 1}
     [md] = glob.glob(str(tmp_path / "evaluate" / "*.audit.md"))
     table = open(md).read().splitlines()
-    assert len(table) == 4 and "incorrect | mismatch" in table[-1], table
-    assert len(open(md[:-3] + ".csv").read().splitlines()) == 3
+    assert len(table) == 5 and "incorrect | mismatch | incorrect/mismatch" in table[-2], table
+    assert len(open(md[:-3] + ".csv").read().splitlines()) == 4
 
 
 def test_reference_only_mode(cache, tasks):

@@ -167,7 +167,7 @@ class Evaluator:
 
     def _start(self, kind, item, slot):
         job = item["job"]
-        job["log"] = os.path.join(job["workdir"], f"{'confirm' if item.get('confirm') else kind}.log")
+        job["log"] = os.path.join(job["workdir"], f"{self._step(item, kind)}.log")
         env = dict(job["env"])
         if kind == "compile":
             env["CUDA_VISIBLE_DEVICES"] = ""
@@ -183,7 +183,8 @@ class Evaluator:
         group = sandbox.JobGroup(f"{self._jobs}-{kind}", self.cfg["max_processes"], self.memory,
                                  self.worker.cpu_limit(self.cfg, kind, job.get("cores"))) \
             if self.cfg["sandbox"] else None
-        job = dict(job, env=env, cgroups=group.dirs if group else {}, confirm=item.get("confirm"))
+        job = dict(job, env=env, cgroups=group.dirs if group else {}, kernelbench=bool(item.get("kb_job")),
+                   confirm=None if item.get("kb_job") else item.get("confirm"))
         if kind == "run" and self.backend == "cuda":
             # A worker that already holds a CUDA context takes the job; the next one starts
             # its context now, while this one checks, instead of on the GPU's time later.
@@ -282,8 +283,25 @@ class Evaluator:
                            + " (processes, signals, raw system calls, loaded code, sockets: no kernel needs them)")
         sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
         res.setdefault("seconds", {})
-        res["seconds"]["confirm" if r.item.get("confirm") else r.kind] = round(gate.now() - r.start, 3)
+        res["seconds"][self._step(r.item, r.kind)] = round(gate.now() - r.start, 3)
         return res
+
+    @staticmethod
+    def _step(item, kind):
+        """What a job of this kind does for this item now: compile, run, reference, or the run
+        kind's later steps, confirm (a second timing) and kernelbench (KernelBench's judgement)."""
+        return "kernelbench" if item.get("kb_job") else "confirm" if item.get("confirm") else kind
+
+    def _kernelbench(self, item, res):
+        """KernelBench's verdict for an item whose own is `res`: {} when not wanted; without a
+        worker where the candidate never built (KernelBench would not build it either); else
+        None: a job must run it (kernelbench.py)."""
+        if not item.get("kernelbench"):
+            return {}
+        if res["status"] == "compile_error" or res.get("reason") == "static_check":
+            return dict(status=res["status"] if res["status"] == "compile_error" else "not_run",
+                        reason=res["reason"], speedup=0.0)
+        return None
 
     def _to_confirm(self, item, res):
         """A first timing whose speedup is large enough to be timed again (confirm.py)."""
@@ -343,10 +361,11 @@ class Evaluator:
                 f"line {n}: {what}" for n, what in found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else ""))
         return None
 
-    def evaluate(self, pairs, progress=None, desc="evaluating", on_verdict=None):
+    def evaluate(self, pairs, progress=None, desc="evaluating", on_verdict=None, kernelbench=False):
         """[(Task, code or Solution)] -> [Verdict], in order. Identical pairs are judged once
         (and remembered for this Evaluator's lifetime). on_verdict(i, verdict) is called as
-        each one lands (evaluate.py journals them, so an interrupted run loses nothing)."""
+        each one lands (evaluate.py journals them, so an interrupted run loses nothing).
+        kernelbench: also judge each as KernelBench's eval does (Verdict.kernelbench)."""
         items, verdicts = {}, [None] * len(pairs)
 
         def finish(key, it):
@@ -370,8 +389,10 @@ class Evaluator:
                 continue
             if key not in items:
                 pre = self._precheck(task, code)
-                items[key] = dict(task=task, code=code, name=name, idx=[], res=pre, key=key,
+                items[key] = dict(task=task, code=code, name=name, idx=[], res=pre, key=key, kernelbench=kernelbench,
                                   job=None if pre else self._job(task, code))
+                if pre:
+                    pre["kernelbench"] = self._kernelbench(items[key], pre)
             items[key]["idx"].append(i)
         for key, it in items.items():  # verdicts that needed no worker land first
             if it["res"] is not None:
@@ -474,16 +495,27 @@ class Evaluator:
                     if res["status"] == "built" and nxt < len(phases):
                         queues[phases[nxt]].append(r.item)
                         continue
-                    if r.kind == "run" and self._to_confirm(r.item, res):  # timed again, in a fresh worker
-                        r.item["first"] = res
-                        r.item["confirm"] = dict(speedup=res["speedup"], tol=res.get("tol"))
-                        queues["run"].appendleft(r.item)  # first: no candidate waits long for its verdict
-                        continue
-                    if r.item.get("confirm"):
-                        res = self._confirmed(r.item["first"], res)
+                    if r.item.get("kb_job"):  # KernelBench's judgement, beside the verdict it already has
+                        kb = dict(status=res["status"], reason=res.get("reason", ""), speedup=res["speedup"],
+                                  message=res.get("message", "")[:300])
+                        res = dict(r.item["verdict"], kernelbench=kb)
+                    else:
+                        if r.kind == "run" and self._to_confirm(r.item, res):  # timed again, in a fresh worker
+                            r.item["first"] = res
+                            r.item["confirm"] = dict(speedup=res["speedup"], tol=res.get("tol"))
+                            queues["run"].appendleft(r.item)  # first: no candidate waits long for its verdict
+                            continue
+                        if r.item.get("confirm"):
+                            res = self._confirmed(r.item["first"], res)
+                        kb = self._kernelbench(r.item, res)
+                        if kb is None:  # after every verdict of ours: they come first
+                            r.item["verdict"], r.item["kb_job"] = res, True
+                            queues["run"].append(r.item)
+                            continue
+                        res["kernelbench"] = kb
                     res["seconds"] = dict(r.item["seconds"])
                     res["seconds"]["total"] = round(sum(v for k, v in res["seconds"].items()
-                                                        if k in ("compile", "run", "reference", "confirm")), 3)
+                                                        if k in ("compile", "run", "reference", "confirm", "kernelbench")), 3)
                     r.item["res"] = res
                     if landed:
                         landed(r.item)

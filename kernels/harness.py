@@ -131,12 +131,17 @@ class Harness:
         self.call_limit, self.in_call, self.called = None, False, False
         self.left = []  # the candidate's threads still running when its last forward returned
         self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
-        # Fixed for reference and candidate alike: no TF32 unless lowered precision is
-        # allowed, so an fp32 task is checked and timed as fp32.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.backends.cuda.matmul.allow_tf32 = self.cfg["allow_lowp"]
-            torch.backends.cudnn.allow_tf32 = self.cfg["allow_lowp"]
+        # The same for reference and candidate alike: PyTorch's own defaults (cuDNN convolutions
+        # in TF32 on Ampere and later, matmuls in full fp32), the reference as its users run it
+        # and as KernelBench and CUDA-L1 time it; TF32 everywhere with allow_lowp, nowhere with
+        # strict_fp32. The tolerance follows (correctness.compare): 10x the reference's own error
+        # against float64 where that is larger than the dtype's.
+        tf32 = True if self.cfg["allow_lowp"] else False if self.cfg["strict_fp32"] else None
+        if tf32 is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                torch.backends.cudnn.allow_tf32 = tf32
 
     # -- task --------------------------------------------------------------------------
     def load_task(self):

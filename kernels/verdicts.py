@@ -30,6 +30,7 @@ class Verdict:
     flags: list = field(default_factory=list)    # input_independent, init_mismatch, reused_output
     set_flags: dict = field(default_factory=dict)  # global settings the candidate set, e.g. cudnn_benchmark
     seconds: dict = field(default_factory=dict)  # compile, check, time, total
+    kernelbench: dict = field(default_factory=dict)  # KernelBench's verdict (kernelbench.py), where asked for
     kernel_calls: int = 0
     source_hash: str = ""
     seed: int = 0

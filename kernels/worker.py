@@ -5,7 +5,8 @@ in evaluator.py starts these from a forkserver that has imported this module, ha
 torch (and not transformers).
 
     child_main(kind, conn, job)     # every job: kind is compile | run | reference (run: a second measurement
-                                    # too, confirm.py, where job["confirm"] is set)
+                                    # too, confirm.py, where job["confirm"] is set; KernelBench's
+                                    # judgement, kernelbench.py, where job["kernelbench"] is)
     standby_main(conn, env, cores)  # a CUDA run worker that brings its context up first
 """
 import importlib
@@ -115,6 +116,9 @@ def child_main(kind, conn, job):
             if kind == "run" and job.get("confirm"):  # the second measurement; its module is imported
                 from . import confirm               # only here, so no first timing's worker has it
                 run = confirm.confirm_job
+            elif kind == "run" and job.get("kernelbench"):  # KernelBench's judgement, for audits
+                from . import kernelbench
+                run = kernelbench.kernelbench_job
             res = run(job)
     except BaseException as e:
         res = dict(status="runtime_error", reason="harness", message=f"{type(e).__name__}: {e}"[:300],

@@ -1,0 +1,139 @@
+"""KernelBench's own judgement of a candidate, beside ours: what its eval (eval_kernel_against_ref)
+would say, so that every difference between the two verdicts has a named cause. Shown in
+audits of published numbers (evaluate.py); never a reward, never our verdict.
+
+Its convention, followed here on purpose, weaknesses included:
+- task and candidate executed from strings (exec into a namespace, no source file);
+- torch.manual_seed(42) before building the initial inputs, Model and ModelNew; both built
+  on the host, then moved to the device;
+- 5 trials, each with its own seed drawn from a generator seeded 42: inputs from get_inputs(),
+  the reference called first, then the candidate on the same tensors; shapes must match and
+  torch.allclose(ref, new, atol=tol, rtol=tol) hold, tol by precision: 1e-4 for fp32, 1e-2
+  for fp16 and bf16;
+- timing: 3 warm-up calls, then 100 calls on one input set, each between two CUDA events
+  (the host clock on a CPU), the mean; the reference timed the same way; PyTorch's default
+  flags.
+
+    kernelbench_job(job)   # in a run worker (worker.py), where job["kernelbench"] is set
+"""
+import time
+
+import torch
+
+from .harness import classify
+
+SEED, TRIALS, WARMUP, TIMED = 42, 5, 3, 100
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
+def _exec(code):
+    ns = {}
+    exec(compile(code, "<string>", "exec"), ns)
+    return ns
+
+
+def _seed(s):
+    torch.manual_seed(s)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed(s)
+
+
+def _to(xs, dev):
+    return [x.to(dev) if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def _outputs(out):
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _agree(ref, new):
+    """-> None, or why KernelBench would call the outputs different."""
+    ref, new = _outputs(ref), _outputs(new)
+    if len(ref) != len(new):
+        return f"{len(new)} outputs, expected {len(ref)}"
+    for r, n in zip(ref, new):
+        if not isinstance(r, torch.Tensor) or not isinstance(n, torch.Tensor):
+            if r != n:
+                return f"expected {r!r}, got {n!r}"
+            continue
+        if r.shape != n.shape:
+            return f"output shape {tuple(n.shape)}, expected {tuple(r.shape)}"
+        tol = TOLERANCE.get(r.dtype, 1e-4)
+        if not torch.allclose(r, n.to(r.dtype), atol=tol, rtol=tol):
+            diff = (r.double() - n.double()).abs().max().item()
+            return f"not allclose at atol = rtol = {tol:g} (max difference {diff:.2e})"
+    return None
+
+
+def _time(fn, xs, cuda):
+    """KernelBench's timer: warm-up calls, then TIMED calls each between two events -> mean ms."""
+    for _ in range(WARMUP):
+        fn(*xs)
+        if cuda:
+            torch.cuda.synchronize()
+    times = []
+    for _ in range(TIMED):
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn(*xs)
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn(*xs)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return sum(times) / len(times)
+
+
+def kernelbench_job(job):
+    """In a worker: judge one candidate by KernelBench's convention -> dict of Verdict fields
+    (status ok with both mean times, or the failure KernelBench would report)."""
+    cuda = job["backend"] == "cuda"
+    dev = torch.device("cuda" if cuda else "cpu")
+    gate = job["gate"]
+    where = "loading"
+    try:
+        with torch.no_grad():
+            task = _exec(job["task_code"])
+            _seed(SEED)
+            init = _to(task["get_init_inputs"](), dev) if "get_init_inputs" in task else []
+            _seed(SEED)
+            with gate.host_only():  # no GPU work: another worker may time meanwhile
+                ref = task["Model"](*init)
+            ref = ref.to(dev)
+            gate.pause_point()
+            where = "the candidate's import"
+            sol = _exec(job["code"])
+            gate.pause_point()
+            where = "the candidate's constructor"
+            _seed(SEED)
+            new = sol["ModelNew"](*init).to(dev)
+            gen = torch.Generator().manual_seed(SEED)
+            seeds = [int(torch.randint(0, 2 ** 32 - 1, (1,), generator=gen).item()) for _ in range(TRIALS)]
+            gate.acquire()  # the device alone from here, as for our own timing
+            try:
+                for i, s in enumerate(seeds):
+                    where = f"correctness trial {i + 1}"
+                    _seed(s)
+                    xs = _to(task["get_inputs"](), dev)
+                    r = ref(*xs)
+                    if cuda:
+                        torch.cuda.synchronize()
+                    n = new(*xs)
+                    if cuda:
+                        torch.cuda.synchronize()
+                    why = _agree(r, n)
+                    if why:
+                        return dict(status="incorrect", reason="mismatch", message=f"{why} ({where})")
+                where = "timing"
+                _seed(SEED)
+                xs = _to(task["get_inputs"](), dev)
+                ref_ms, new_ms = _time(ref, xs, cuda), _time(new, xs, cuda)
+            finally:
+                gate.release()
+    except Exception as e:
+        r = classify(e, where)
+        return dict(status=r.status, reason=r.reason, message=r.message)
+    return dict(status="ok", ref_ms=ref_ms, new_ms=new_ms)
