@@ -152,6 +152,16 @@ def report(verdicts):
     if loaded:
         print(f"{len(loaded)} of {len(verdicts)} timed while other processes used the timing cores (flagged "
               f"disturbed): on the CPU such a load can move a speedup several-fold; time them on a quiet machine")
+    spent = {}
+    for v in verdicts:
+        for k, sec in v.seconds.items():
+            spent[k] = spent.get(k, 0.0) + sec
+    if spent.get("total"):  # where the workers' time went: what to speed up next
+        parts = [f"{k} {spent[k]:.0f}" for k in ("compile", "run", "confirm", "kernelbench") if k in spent]
+        inner = [f"{k} {spent[k]:.0f}" for k in ("load", "check", "time", "wait") if k in spent]
+        print("worker seconds, summed over candidates: " + ", ".join(parts) +
+              (f" (in run: {', '.join(inner)})" if inner else ""))
+        out["seconds"] = spent
     if flagged:
         out["flagged"] = summarize(flagged)
         names = sorted({v.task for v in flagged})

@@ -508,9 +508,9 @@ class Evaluator:
                         if r.item.get("confirm"):
                             res = self._confirmed(r.item["first"], res)
                         kb = self._kernelbench(r.item, res)
-                        if kb is None:  # after every verdict of ours: they come first
+                        if kb is None:  # first in line, as a confirmation: the verdict lands only after it
                             r.item["verdict"], r.item["kb_job"] = res, True
-                            queues["run"].append(r.item)
+                            queues["run"].appendleft(r.item)
                             continue
                         res["kernelbench"] = kb
                     res["seconds"] = dict(r.item["seconds"])
