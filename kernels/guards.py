@@ -3,6 +3,7 @@ global flags (read and written through functions captured here), identity snapsh
 callables, torch's own wrappers told apart from tampering, the origin of each thread, and
 calls into compiled kernels counted. Helpers only: candidate code runs in harness.py.
 """
+import contextlib
 import os
 import sys
 import sysconfig
@@ -138,13 +139,15 @@ class Counted:
         return counted
 
 
-def count_torch_extensions():
-    """Make KernelBench-style extensions count toward kernel_calls, like load_cuda's."""
+def count_torch_extensions(around=contextlib.nullcontext):
+    """Make KernelBench-style extensions count toward kernel_calls, like load_cuda's; each
+    build runs inside around() (harness.py: host work the GPU gate may stop anywhere)."""
     import torch.utils.cpp_extension as cx
 
     def wrap(fn):
         def loader(*args, **kwargs):
-            m = fn(*args, **kwargs)
+            with around():
+                m = fn(*args, **kwargs)
             return Counted(m) if isinstance(m, types.ModuleType) else m
         return loader
     cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)

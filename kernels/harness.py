@@ -340,8 +340,26 @@ class Harness:
         return (out, snap) if snapshot else out
 
     # -- the candidate -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def building(self):
+        """A torch extension build (load_inline, load) called from the candidate's main thread:
+        compilers on the host, nothing on the GPU, so the gate may stop this worker anywhere
+        inside it while another one times (gate.WorkerGate.host_only), instead of every other
+        worker on the GPU waiting for this one's next pause point, a minute for a build in
+        __init__ or the first forward. Builds at import were done ahead by a compile worker."""
+        if threading.get_ident() != self.main or self.in_build:  # the gate's pipe is read by the main thread
+            yield
+            return
+        self.in_build = True
+        try:
+            with self.gate.host_only():
+                yield
+        finally:
+            self.in_build = False
+
     def load_candidate(self):
-        guards.count_torch_extensions()
+        self.main, self.in_build = threading.get_ident(), False
+        guards.count_torch_extensions(around=self.building)
         guards.track_thread_origins()
         self.flags0 = self.applied = guards.read_flags()
         self.threads0 = {t.ident for t in threading.enumerate()}
