@@ -136,9 +136,7 @@ class Harness:
         # and as KernelBench and CUDA-L1 time it; TF32 everywhere with allow_lowp, nowhere with
         # strict_fp32. The tolerance follows (correctness.compare): 10x the reference's own error
         # against float64 where that is larger than the dtype's.
-        # Written even where they keep their defaults: PyTorch 2.9+ also keeps a second form of
-        # these flags, which the first explicit write settles; the harness's own writes later
-        # (restoring flags after a candidate call) then change nothing torch.compile guards on.
+        # Written explicitly, defaults included, under every setting alike.
         tf32 = True if self.cfg["allow_lowp"] else False if self.cfg["strict_fp32"] else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
