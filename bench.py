@@ -1,6 +1,6 @@
 """Benchmarks of the evaluator and of the policy. Prints tables; never a test.
 
-    python bench.py --what=throughput          # seeds of this backend, cold then warm cache
+    python bench.py --what=throughput          # seeds of this language, cold then warm cache
     python bench.py --what=stability           # the same candidates in two separate runs
     python bench.py --what=all --backend=cuda --solutions=tasks/seeds/cuda
     python bench.py --what=gpus --backend=cuda  # evaluator throughput on 1 GPU vs all GPUs
@@ -89,9 +89,9 @@ class ModelNew(nn.Module):
 ''')
 
 
-def seed_pairs(cfg, backend):
-    sols = taskset.load_solutions(cfg["solutions"] or os.path.join(taskset.BUILTIN_TASKS, "seeds", backend))
-    return taskset.pair_up(taskset.load_tasks(cfg["tasks"]), sols, cfg["only"], backend).pairs
+def seed_pairs(cfg, language):
+    sols = taskset.load_solutions(cfg["solutions"] or os.path.join(taskset.BUILTIN_TASKS, "seeds", language))
+    return taskset.pair_up(taskset.load_tasks(cfg["tasks"]), sols, cfg["only"], language).pairs
 
 
 def pct(xs, q):
@@ -150,7 +150,7 @@ def throughput(cfg, pairs):
     # The load_inline version of one kernel, built cold, for comparison.
     task = next(t for t in taskset.load_tasks(cfg["tasks"]) if t.name == "gelu")
     with kernels.Evaluator(cfg) as ev:
-        [iv] = ev.evaluate([(task, INLINE[ev.backend])], desc="load_inline")
+        [iv] = ev.evaluate([(task, INLINE[ev.device])], desc="load_inline")
     inline_s = iv.seconds.get("compile")
     print(f"\nthroughput, {len(pairs)} unique candidates, {rows['cold cache']['workers']} compile workers, "
           f"{cfg['checks_per_gpu'] if kernels.pick_backend(cfg['backend']) == 'cuda' else 1} run workers per device")
@@ -368,11 +368,11 @@ def run(cfg):
         return
     if cfg["what"] not in ("throughput", "stability", "all", "gpus", "sandbox", "load"):
         raise ValueError(f"--what is throughput, stability, all, gpus, sandbox, load or policy, not {cfg['what']!r}")
-    backend = kernels.pick_backend(cfg["backend"])
+    backend = kernels.pick_backend(cfg["backend"])  # the device
     cfg["backend"] = backend
-    pairs = seed_pairs(cfg, backend)
+    pairs = seed_pairs(cfg, config.pick_language(cfg["language"], backend))
     if not pairs:
-        raise ValueError("no candidates for this backend")
+        raise ValueError("no candidates for this device and language")
     tmp = None
     if cfg["fresh_cache"] and not cfg["cache_dir"]:
         tmp = cfg["cache_dir"] = tempfile.mkdtemp(prefix="bench-cache-")  # cold means cold

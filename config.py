@@ -25,7 +25,10 @@ SETTINGS = {
         progress=(True, "progress bars"),
     )),
     "evaluator": ("the evaluator (the kernels package)", dict(
-        backend=("auto", "auto | cuda | cpu: what candidates are written for and timed on"),
+        backend=("auto", "auto | cuda | cpu: the device candidates run and are timed on (and, unless "
+                         "--language says otherwise, the language they are written in: cuda, or cpp on a cpu)"),
+        language=("auto", "auto | cuda | cpp: the kernel language candidates are written in (prompt format, build "
+                          "API, seed folder, which solutions match); auto: the device's own"),
         gpus=("", "comma list of visible GPU indices for timing workers; \"\" = all"),
         workers=(0, "parallel compile workers; 0 = one per free CPU core"),
         checks_per_gpu=(4, "candidates loaded and checked at once on each GPU (timing always has it alone)"),
@@ -154,7 +157,23 @@ DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items(
 
 # Settings with a fixed set of values, and numbers with a floor: checked in parse(), so a
 # typo fails in the first second, not after an hour of judging.
-CHOICES = dict(backend=("auto", "cuda", "cpu"), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
+# Kernel languages and the device each one's candidates run on; the first for a device is its
+# own (--language=auto). A second language on the same device is one more entry here, with its
+# prompt format (prompts.FORMAT) and seeds (tasks/seeds/<language>/).
+LANGUAGES = {"cuda": "cuda", "cpp": "cpu"}
+
+
+def pick_language(language, device):
+    """The language candidates are written in on `device` ('auto': the device's own)."""
+    if language == "auto":
+        return next(k for k, d in LANGUAGES.items() if d == device)
+    if LANGUAGES[language] != device:
+        raise ValueError(f"--language={language} runs on the {LANGUAGES[language]} device, not on {device} "
+                         f"(--backend={device})")
+    return language
+
+
+CHOICES = dict(backend=("auto", "cuda", "cpu"), language=("auto",) + tuple(LANGUAGES), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
                grad_ckpt=("auto", "on", "off"), sampler=("auto", "hf"), exemplars=("bucket", "random"),
                baseline=("eager", "compile"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy"))
 AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_runs", "tiny_dim", "tiny_layers",

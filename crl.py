@@ -257,7 +257,7 @@ def one_step(r, step):
     mine = step_tasks(r.tasks, step - 1, cfg["crl_tasks_per_step"], cfg["seed"])[r.rank::r.world]
     rng = random.Random(cfg["seed"] * 7919 + step * 131 + r.rank)
     shown = [exemplars.pick_exemplars(r.db, t, cfg, rng) for t in mine]
-    msgs = [prompts.task_prompt(t.code, r.ev.backend, ex) for t, ex in zip(mine, shown)]
+    msgs = [prompts.task_prompt(t.code, r.ev.language, ex) for t, ex in zip(mine, shown)]
     outs = policy.generate(r.sampler, r.tok, msgs, cfg, n=G, progress=False)
     t1 = time.time()
     flat = [(t, s) for t, group in zip(mine, outs) for s in group]

@@ -1,7 +1,7 @@
 """Score solutions, or a model's samples, on a task set: success rate, speedups, fast_p,
 rejection reasons.
 
-    python evaluate.py --tasks builtin --solutions tasks/seeds/cpu
+    python evaluate.py --tasks builtin --solutions tasks/seeds/cpp
     python evaluate.py --config small --checkpoint out/small/sft --samples 4   # model mode: k samples per task
     python evaluate.py --config small --samples 4                              # the untrained tiny model
     python evaluate.py --config small --samples 4 --checkpoint base,out/small/sft,out/small/selftrain,out/small/crl
@@ -233,7 +233,7 @@ def write_audit(rows, stem):
     return stem + ".audit.md", stem + ".audit.csv"
 
 
-def sample_pairs(cfg, tasks, backend, checkpoint):
+def sample_pairs(cfg, tasks, language, checkpoint):
     """Model mode: k samples per task from one checkpoint ("" or "base": --model, and with
     no --model the tiny built-in model, untrained) -> ([(Task, Solution)], [Verdict for
     unusable responses], [sample records]). With --exemplars_db (a crl.py db.jsonl) the
@@ -244,7 +244,7 @@ def sample_pairs(cfg, tasks, backend, checkpoint):
     shown = [exemplars.pick_exemplars(db, t, cfg, rng) if db else () for t in tasks]
     if db:
         print(f"exemplars from {cfg['exemplars_db']}: in the prompts of {sum(map(bool, shown))} of {len(tasks)} tasks")
-    msgs = [prompts.task_prompt(t.code, backend, ex) for t, ex in zip(tasks, shown)]
+    msgs = [prompts.task_prompt(t.code, language, ex) for t, ex in zip(tasks, shown)]
     t0 = time.time()
     outs = policy.generate(model, tok, msgs, cfg, n=cfg["samples"], desc=f"sampling {checkpoint or 'base'}")
     print(f"{checkpoint or 'base model'}: sampled {cfg['samples']} x {len(tasks)} in {time.time() - t0:.0f} s")
@@ -272,7 +272,7 @@ def model_mode(cfg, tasks, ev, rank, world):
     by_name = {t.name: t for t in tasks}
     verdicts, summary, samples = [], {}, []
     for ck in cfg["checkpoint"].split(",") if cfg["checkpoint"] else [""]:
-        pairs, failed, smp = sample_pairs(cfg, tasks[rank::world], ev.backend, ck.strip())
+        pairs, failed, smp = sample_pairs(cfg, tasks[rank::world], ev.language, ck.strip())
         parts = common.all_gather(dict(pairs=[(t.name, s.code, s.name) for t, s in pairs],
                                        failed=[v.to_dict() for v in failed], samples=smp), world)
         pairs = [(by_name[t], taskset.Solution(c, n)) for p in parts for t, c, n in p["pairs"]]
@@ -308,11 +308,11 @@ def model_mode(cfg, tasks, ev, rank, world):
 OPERATIONAL = ("gpus", "workers", "checks_per_gpu", "cache_dir")
 
 
-def settings_key(cfg, backend, kernelbench):
+def settings_key(cfg, device, language, kernelbench):
     """A fingerprint of the settings a verdict depends on: journalled verdicts are reused
     (--resume) only under the same ones."""
     judged = {k: cfg[k] for k in config.SETTINGS["evaluator"][1] if k not in OPERATIONAL}
-    return taskset.sha(json.dumps(dict(judged, backend=backend, kernelbench=kernelbench), sort_keys=True,
+    return taskset.sha(json.dumps(dict(judged, backend=device, language=language, kernelbench=kernelbench), sort_keys=True,
                                   default=str))[:16]
 
 
@@ -333,7 +333,7 @@ def judge_solutions(cfg, ev, pairs, stamp, rank, world):
     published speedups) KernelBench's verdict is asked for too (--kernelbench_verdict)."""
     audit = any(s.score is not None for _, s in pairs)
     kb = cfg["kernelbench_verdict"] == "always" or (cfg["kernelbench_verdict"] == "audit" and audit)
-    key = settings_key(cfg, ev.backend, kb)
+    key = settings_key(cfg, ev.device, ev.language, kb)
     before = earlier_verdicts(cfg, key) if cfg["resume"] else {}
     old = {i: before[k] for i, (t, s) in enumerate(pairs) if (k := (t.hash, taskset.sha(s.code or ""))) in before}
     if cfg["resume"] and rank == 0:
@@ -352,28 +352,31 @@ def judge_solutions(cfg, ev, pairs, stamp, rank, world):
             for i, (t, s) in enumerate(pairs)]
 
 
-def backend_why(cfg, backend):
-    """Why this machine runs `backend` (kernels.pick_backend's choice), for error messages."""
+def device_why(cfg, device):
+    """Why this machine runs candidates on `device` (kernels.pick_backend's choice), for error
+    messages."""
     if cfg["backend"] != "auto":
         return f"--backend={cfg['backend']}"
+    if cfg["language"] != "auto":
+        return f"--language={cfg['language']}"
     import torch
-    if backend == "cuda":
+    if device == "cuda":
         return "a CUDA GPU and nvcc found"
     return "nvcc not on PATH" if torch.cuda.is_available() else "no CUDA GPU"
 
 
-def nothing_to_evaluate(p, cfg, backend, tasks):
+def nothing_to_evaluate(p, cfg, ev, tasks):
     """Why pair_up left no pairs (p, a taskset.Pairing) and what to do: each solution was
-    written for the other backend or matched none of `tasks`."""
+    written in another kernel language than ev's or matched none of `tasks`."""
     parts, todo = [], []
-    if p.other_backend:
-        k = len(p.other_backend)
-        wrote = " and ".join(sorted({taskset.solution_backend(s.code) for _, s in p.other_backend}))
-        seeds = os.path.relpath(os.path.join(taskset.BUILTIN_TASKS, "seeds", backend))
-        parts.append((k, f"{'is' if k == 1 else 'are'} written for {wrote} and this machine runs backend {backend} "
-                         f"({backend_why(cfg, backend)})"))
-        todo.append(f"give solutions written for {backend} (the built-in tasks' are in {seeds})")
-        if backend == "cuda":
+    if p.other_language:
+        k = len(p.other_language)
+        wrote = " and ".join(sorted({taskset.solution_language(s.code) for _, s in p.other_language}))
+        seeds = os.path.relpath(os.path.join(taskset.BUILTIN_TASKS, "seeds", ev.language))
+        parts.append((k, f"{'is' if k == 1 else 'are'} written for {wrote} and this machine runs {ev.language} "
+                         f"on {ev.device} ({device_why(cfg, ev.device)})"))
+        todo.append(f"give solutions written for {ev.language} (the built-in tasks' are in {seeds})")
+        if ev.device == "cuda":
             todo.append("run them with --backend=cpu")
         elif cfg["backend"] == "auto":
             todo.append("run on a machine with a CUDA GPU and nvcc")
@@ -419,8 +422,8 @@ def run(cfg):
                          "or --reference_only")
     samples = None
     with kernels.Evaluator(cfg, progress=cfg["progress"] and rank == 0) as ev:
-        print(f"rank {rank}/{world}: " * (world > 1) + f"backend {ev.backend}, "
-              f"{len(ev.gpus) if ev.backend == 'cuda' else 0} GPU(s), {ev.workers} compile workers, cache {ev.cache}")
+        print(f"rank {rank}/{world}: " * (world > 1) + f"{ev.language} on {ev.device}, "
+              f"{len(ev.gpus) if ev.device == 'cuda' else 0} GPU(s), {ev.workers} compile workers, cache {ev.cache}")
         if cfg["reference_only"]:
             verdicts = common.sharded(ev.run_references, tasks, rank, world)
             bad = [v for v in verdicts if not v.ok]
@@ -434,13 +437,13 @@ def run(cfg):
         else:
             # with --tasks left at its default, solutions carrying ref_code bring their own tasks
             own = cfg["tasks"] == "builtin" and any(s.ref_code for s in solutions)
-            p = taskset.pair_up([] if own else all_tasks, solutions, cfg["only"], ev.backend)
+            p = taskset.pair_up([] if own else all_tasks, solutions, cfg["only"], ev.language)
             if p.unmatched:
                 print(f"{len(p.unmatched)} solution(s) match no task, skipped (e.g. {shown(p.unmatched[0].name)})")
-            if p.other_backend:
-                print(f"{len(p.other_backend)} solution(s) written for another backend than {ev.backend}, skipped")
+            if p.other_language:
+                print(f"{len(p.other_language)} solution(s) written in another language than {ev.language}, skipped")
             if not p.pairs:
-                raise ValueError(nothing_to_evaluate(p, cfg, ev.backend, [] if own else all_tasks))
+                raise ValueError(nothing_to_evaluate(p, cfg, ev, [] if own else all_tasks))
             verdicts = judge_solutions(cfg, ev, p.pairs, stamp, rank, world)
             if rank == 0:
                 print()
@@ -453,7 +456,7 @@ def run(cfg):
     path = os.path.join(cfg["out"], "evaluate", f"{stamp}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(dict(config=cfg, backend=ev.backend, summary=summary, seconds=time.time() - t0,
+        json.dump(dict(config=cfg, device=ev.device, language=ev.language, summary=summary, seconds=time.time() - t0,
                        verdicts=[v.to_dict() for v in verdicts], samples=samples), f, indent=1)
     print(f"results: {path} ({time.time() - t0:.0f} s)")
     if summary and summary.get("audit"):

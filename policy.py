@@ -44,8 +44,8 @@ def tiny_corpus():
     for path in sorted(glob.glob(os.path.join(taskset.BUILTIN_TASKS, "*.py"))):
         code = open(path).read()
         texts.append(code)
-        for backend in prompts.FORMAT:
-            texts += [m["content"] for m in prompts.task_prompt(code, backend)]
+        for language in prompts.FORMAT:
+            texts += [m["content"] for m in prompts.task_prompt(code, language)]
     for path in sorted(glob.glob(os.path.join(taskset.BUILTIN_TASKS, "seeds", "*", "*", "*.py"))):
         texts.append(prompts.completion(open(path).read()))
     return texts

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 SYSTEM = "You are an expert in GPU and CPU performance engineering who writes fast, correct kernels for PyTorch programs."
 
-# The candidate format each backend's evaluator builds fastest (README: "the candidate
-# format that builds in seconds"); load_inline also works but builds 10-30x slower.
+# The candidate format of each kernel language (config.LANGUAGES), the one its evaluator builds
+# fastest (README: "the candidate format that builds in seconds"); load_inline also works but
+# builds 10-30x slower.
 FORMAT = {
     "cuda": """Write CUDA C++ without torch headers, with `extern "C"` launchers that take raw pointers, sizes and a trailing `cudaStream_t`, and build it with `lib = kernels.load_cuda(SRC)` (import kernels). Call launchers as `lib.name(tensor, ..., n)`: tensors pass as pointers and the stream is filled in.""",
-    "cpu": """Write C++ (OpenMP allowed) without torch headers, with `extern "C"` functions that take raw pointers and sizes, and build it with `lib = kernels.load_cpp(SRC)` (import kernels). Call them as `lib.name(tensor, ..., n)`: tensors pass as pointers.""",
+    "cpp": """Write C++ (OpenMP allowed) without torch headers, with `extern "C"` functions that take raw pointers and sizes, and build it with `lib = kernels.load_cpp(SRC)` (import kernels). Call them as `lib.name(tensor, ..., n)`: tensors pass as pointers.""",
 }
 
 RULES = """Rules: define `class ModelNew(nn.Module)` with the same constructor and forward signature as `Model`; same inputs, same output shape and dtype. Keep every size and hyperparameter. Do the work in your own kernels. No caching of results, no side streams, no threads, no lowered precision."""
@@ -28,11 +29,11 @@ RULES = """Rules: define `class ModelNew(nn.Module)` with the same constructor a
 SECTIONS = ("Performance analysis", "Algorithm design", "Code")
 
 
-def task_prompt(task_code, backend, exemplars=()):
+def task_prompt(task_code, language, exemplars=()):
     """Chat messages asking for a faster ModelNew. exemplars: [dict(code, speedup)],
     earlier variants of this task, shown worst first (the contrastive prompt)."""
     parts = [f"Make this PyTorch program faster.\n\n```python\n{task_code.strip()}\n```",
-             FORMAT[backend], RULES]
+             FORMAT[language], RULES]
     if exemplars:
         shown = sorted(exemplars, key=lambda e: e["speedup"])
         for i, e in enumerate(shown, 1):

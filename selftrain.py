@@ -32,7 +32,7 @@ def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1):
     -> (successes, success rate). Under torchrun each rank samples and judges every
     world-th task; every rank gets all successes back."""
     tasks = tasks[rank::world]
-    msgs = [prompts.task_prompt(t.code, ev.backend) for t in tasks]
+    msgs = [prompts.task_prompt(t.code, ev.language) for t in tasks]
     t0 = time.time()
     outs = policy.generate(smp, tok, msgs, cfg, n=cfg["st_samples"], desc=f"round {rnd} sampling",
                            progress=cfg["progress"] and rank == 0)

@@ -59,12 +59,12 @@ def mutate(code, rng):
     return rng.choice(ops)() if ops else code
 
 
-def builtin_teacher(tasks, cfg, backend):
-    """The offline teacher: the hand-written seeds in tasks/seeds/<backend>/ and, when
+def builtin_teacher(tasks, cfg, language):
+    """The offline teacher: the hand-written seeds in tasks/seeds/<language>/ and, when
     `mutate` is on, mutations of them, in random order, `attempts` tries per task."""
     rng = random.Random(cfg["seed"])
     for task in tasks:
-        folder = os.path.join(taskset.BUILTIN_TASKS, "seeds", backend, task.name)
+        folder = os.path.join(taskset.BUILTIN_TASKS, "seeds", language, task.name)
         seeds = [open(os.path.join(folder, f)).read() for f in sorted(os.listdir(folder))
                  if f.endswith(".py")] if os.path.isdir(folder) else []
         pool = list(seeds)
@@ -79,7 +79,7 @@ def builtin_teacher(tasks, cfg, backend):
             yield task, prompts.completion(code)
 
 
-def file_teacher(path, tasks, cfg, backend):
+def file_teacher(path, tasks, cfg, language):
     """Pre-generated candidates: a solutions JSONL (the CUDA-L1 release layout works) or a
     folder of solution files, matched to tasks by taskset.match. Records that carry their
     own ref_code bring their own task, so the prompt shows that reference."""
@@ -93,10 +93,10 @@ def file_teacher(path, tasks, cfg, backend):
             yield task, prompts.completion(sol.code) if sol.code else ""
 
 
-def hf_teacher(path, tasks, cfg, backend):
+def hf_teacher(path, tasks, cfg, language):
     """A local Hugging Face model (or hub name) sampled `attempts` times per task."""
     model, tok = policy.load(cfg, path)
-    msgs = [prompts.task_prompt(t.code, backend) for t in tasks]
+    msgs = [prompts.task_prompt(t.code, language) for t in tasks]
     outs = policy.generate(model, tok, msgs, cfg, n=cfg["attempts"], desc=f"teacher {path}")
     del model
     for task, samples in zip(tasks, outs):
@@ -104,7 +104,7 @@ def hf_teacher(path, tasks, cfg, backend):
             yield task, s.text
 
 
-def openai_teacher(base_url, tasks, cfg, backend):
+def openai_teacher(base_url, tasks, cfg, language):
     """An OpenAI-compatible chat endpoint (vLLM, SGLang, a hosted API) through the standard
     library, 8 requests in flight; the key, if any, comes from the environment variable
     named by `api_key_env`. A failed request is reported and counted as an empty reply."""
@@ -116,7 +116,7 @@ def openai_teacher(base_url, tasks, cfg, backend):
         headers["Authorization"] = "Bearer " + os.environ[cfg["api_key_env"]]
 
     def ask(task):
-        body = dict(model=cfg["teacher_model"], messages=prompts.task_prompt(task.code, backend),
+        body = dict(model=cfg["teacher_model"], messages=prompts.task_prompt(task.code, language),
                     temperature=cfg["temperature"], top_p=cfg["top_p"], max_tokens=cfg["max_new_tokens"])
         req = urllib.request.Request(url, json.dumps(body).encode(), headers)
         try:
@@ -160,9 +160,9 @@ def preflight(cfg):
     policy.preflight(cfg, [cfg["init_from"] or cfg["model"]])
 
 
-def teacher_stream(spec, tasks, cfg, backend):
+def teacher_stream(spec, tasks, cfg, language):
     kind, arg = check_teacher(spec, cfg)
-    return TEACHERS[kind](*((tasks,) if kind == "builtin" else (arg, tasks)), cfg, backend)
+    return TEACHERS[kind](*((tasks,) if kind == "builtin" else (arg, tasks)), cfg, language)
 
 
 # ----------------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def build_dataset(cfg, tasks, ev, out):
     data = []
     with open(os.path.join(out, "candidates.jsonl"), "a") as log:
         for spec in teacher_specs(cfg):
-            samples = list(teacher_stream(spec, tasks, cfg, ev.backend))
+            samples = list(teacher_stream(spec, tasks, cfg, ev.language))
             counts, seen = {}, set()
             judged = ev.evaluate_responses(samples, prompts.parse_response, f"judging {spec}")
             for (task, text), (p, v) in zip(samples, judged):
@@ -184,8 +184,8 @@ def build_dataset(cfg, tasks, ev, out):
                     seen.add((task.name, v.source_hash))
                     counts[task.name] = counts.get(task.name, 0) + 1
                     data.append(dict(task=task.name, task_code=task.code, teacher=spec, source_hash=v.source_hash,
-                                     backend=ev.backend,
-                                     prompt=prompts.task_prompt(task.code, ev.backend),
+                                     language=ev.language,
+                                     prompt=prompts.task_prompt(task.code, ev.language),
                                      completion=prompts.completion(p.code, p.analysis, p.design), code=p.code))
             print(f"teacher {spec}: {len(samples)} samples, {sum(counts.values())} kept, "
                   f"{len(counts)}/{len(tasks)} tasks covered")
@@ -225,7 +225,9 @@ def with_exemplars(data, j, cfg, rng):
     pool = [d for d in data if d["task"] == e["task"] and d.get("speedup", 0) > 0]
     k = min(rng.randint(0, cfg["sft_exemplars"]), len(pool))
     shown = [dict(code=d["code"], speedup=d["speedup"]) for d in rng.sample(pool, k)]
-    return dict(e, prompt=prompts.task_prompt(e["task_code"], e["backend"], shown))
+    # a dataset written before languages had names of their own says backend cuda | cpu
+    language = e.get("language") or {"cpu": "cpp"}.get(e.get("backend"), e.get("backend"))
+    return dict(e, prompt=prompts.task_prompt(e["task_code"], language, shown))
 
 
 def schedule(data, cfg, epochs):
@@ -340,7 +342,7 @@ def run(cfg):
         if rank == 0:
             try:
                 with kernels.Evaluator(cfg, time_candidates=False) as ev:
-                    print(f"sft: judging teacher samples on backend {ev.backend} (correctness only)")
+                    print(f"sft: judging teacher samples written in {ev.language} on {ev.device} (correctness only)")
                     data = build_dataset(cfg, tasks, ev, out)
             except KeyboardInterrupt:  # the dataset is written whole or not at all: nothing to resume
                 sys.exit("\nsft.py: interrupted while judging teacher samples, before any dataset or checkpoint "

@@ -4,8 +4,8 @@ nothing here imports or runs a task or a candidate (the evaluator's workers do t
     import taskset
     tasks = taskset.load_tasks("builtin")            # a .py, a folder, KernelBench's levelN/ layout, a .jsonl
     tasks = taskset.select(tasks, "gelu,L1_19")      # --only
-    sols = taskset.load_solutions("tasks/seeds/cpu") # a .py, a folder, a .jsonl (the CUDA-L1 release too)
-    p = taskset.pair_up(tasks, sols, only="", backend="cpu")   # p.pairs, p.unmatched, p.other_backend
+    sols = taskset.load_solutions("tasks/seeds/cpp") # a .py, a folder, a .jsonl (the CUDA-L1 release too)
+    p = taskset.pair_up(tasks, sols, only="", language="cpp")  # p.pairs, p.unmatched, p.other_language
 
 A task is a KernelBench program (`class Model`, `get_inputs()`, optionally
 `get_init_inputs()`); a solution defines `class ModelNew` with the same constructor and
@@ -260,14 +260,15 @@ def match(tasks, solutions):
     return pairs, unmatched
 
 
-def solution_backend(code):
-    """'cuda' | 'cpu' | None (pure PyTorch): what a solution's compiled code targets."""
+def solution_language(code):
+    """'cuda' | 'cpp' | None (pure PyTorch): the kernel language a solution's compiled code is
+    written in (config.LANGUAGES)."""
     if not code:
         return None
     if "load_cuda(" in code or "cuda_sources" in code or "__global__" in code:
         return "cuda"
     if "load_cpp(" in code or "cpp_sources" in code:
-        return "cpu"
+        return "cpp"
     return None
 
 
@@ -275,16 +276,16 @@ def solution_backend(code):
 class Pairing:
     pairs: list           # [(Task, Solution)] to judge
     unmatched: list       # [Solution] that match no task
-    other_backend: list   # [(Task, Solution)] written for the other backend, left out
+    other_language: list  # [(Task, Solution)] written in another kernel language, left out
 
 
-def pair_up(tasks, solutions, only="", backend=None):
+def pair_up(tasks, solutions, only="", language=None):
     """The step between loading and judging: match solutions to tasks, keep the tasks
     `only` names (checked after matching, since solutions with a ref_code bring tasks of
-    their own), and set aside solutions compiled for another backend than `backend`."""
+    their own), and set aside solutions written in another kernel language than `language`."""
     pairs, unmatched = match(tasks, solutions)
     if pairs:
         keep = {t.name for t in select([t for t, _ in pairs], only)}
         pairs = [(t, s) for t, s in pairs if t.name in keep]
-    other = [(t, s) for t, s in pairs if backend and solution_backend(s.code) not in (None, backend)]
+    other = [(t, s) for t, s in pairs if language and solution_language(s.code) not in (None, language)]
     return Pairing([p for p in pairs if p not in other], unmatched, other)

@@ -351,15 +351,30 @@ def test_solutions_match_by_folder_name_and_ids(tmp_path, tasks):
     assert taskset.match(kb, sols)[0][0][0].name == "L1_19_ReLU"
 
 
-def test_pair_up_filters_by_only_and_backend(tasks):
+def test_pair_up_filters_by_only_and_language(tasks):
     """The step evaluate.py and bench.py share between loading and judging."""
-    seeds = taskset.load_solutions(os.path.join(HERE, "tasks", "seeds"))  # both backends' folders
-    p = taskset.pair_up(list(tasks.values()), seeds, "gelu,softmax", "cpu")
+    seeds = taskset.load_solutions(os.path.join(HERE, "tasks", "seeds"))  # both languages' folders
+    p = taskset.pair_up(list(tasks.values()), seeds, "gelu,softmax", "cpp")
     assert {t.name for t, _ in p.pairs} == {"gelu", "softmax"} and len(p.pairs) == 4
-    assert all(taskset.solution_backend(s.code) == "cpu" for _, s in p.pairs)
-    assert len(p.other_backend) == 4 and all(taskset.solution_backend(s.code) == "cuda" for _, s in p.other_backend)
+    assert all(taskset.solution_language(s.code) == "cpp" for _, s in p.pairs)
+    assert len(p.other_language) == 4 and all(taskset.solution_language(s.code) == "cuda" for _, s in p.other_language)
     with pytest.raises(taskset.TaskError, match="no such task"):
-        taskset.pair_up(list(tasks.values()), seeds, "nosuch", "cpu")
+        taskset.pair_up(list(tasks.values()), seeds, "nosuch", "cpp")
+
+
+def test_device_and_language_are_two_settings(cache):
+    """--backend picks the device (and the task sizes), --language the kernel language (prompt
+    format, seed folder, which solutions match); either alone implies the other, as the only
+    pairs today are cuda on a GPU and cpp on a CPU; a pair that does not exist is refused."""
+    assert config.pick_language("auto", "cpu") == "cpp" and config.pick_language("auto", "cuda") == "cuda"
+    with pytest.raises(ValueError, match="--language=cpp runs on the cpu device, not on cuda"):
+        config.pick_language("cpp", "cuda")
+    assert set(prompts.FORMAT) == set(config.LANGUAGES)
+    assert all(os.path.isdir(os.path.join(HERE, "tasks", "seeds", lang)) for lang in config.LANGUAGES)
+    with make_eval(cache, "auto", language="cpp") as ev:
+        assert (ev.device, ev.language) == ("cpu", "cpp") and ev.env["KERNELS_DEVICE"] == "cpu"
+    with pytest.raises(SystemExit, match="--language=cuda runs on the cuda device, not on cpu"):
+        evaluate.main(["--backend=cpu", "--language=cuda", "--solutions=tasks/seeds/cuda", f"--cache_dir={cache}"])
 
 
 def test_cuda_l1_release_layout(tmp_path, tasks, cache):
@@ -762,7 +777,7 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
     honest/), in batches by the options they need, with an honest seed after them: a crash or
     a hang must not spoil the next evaluation. Each must get its EXPECT verdict, and the
     verdict flags (FLAGS) and global settings (SET_FLAGS) it names."""
-    honest = open(os.path.join(HERE, "tasks", "seeds", backend, "swish_bias", "fast.py")).read()
+    honest = open(os.path.join(HERE, "tasks", "seeds", config.pick_language("auto", backend), "swish_bias", "fast.py")).read()
     groups = {}
     missing = set(sandbox.probe())  # a sandbox hack needs its protection (NEEDS); the machine may refuse it
     if backend == "cuda" and "network, CUDA run workers" in missing:
@@ -941,7 +956,7 @@ def test_a_torch_extension_build_in_candidate_code_is_host_work_to_the_gpu_gate(
     import torch.utils.cpp_extension as cx
     from kernels import gate, guards, harness
     t = tasks["gelu"]
-    h = harness.Harness(dict(cfg=dict(config.DEFAULTS), backend="cpu", workdir=str(tmp_path), task_code=t.code,
+    h = harness.Harness(dict(cfg=dict(config.DEFAULTS), device="cpu", workdir=str(tmp_path), task_code=t.code,
                              task_hash=t.hash, seed=1))
     seen = []
 
@@ -975,7 +990,7 @@ def test_references_built_ahead_are_the_ones_built_later(tmp_path, tasks):
     seed later; past its memory budget the rest are built when asked for."""
     from kernels import harness
     t = tasks["linear_relu"]
-    job = dict(cfg=dict(config.DEFAULTS), backend="cpu", workdir=str(tmp_path), task_code=t.code,
+    job = dict(cfg=dict(config.DEFAULTS), device="cpu", workdir=str(tmp_path), task_code=t.code,
                task_hash=t.hash, seed=1234)
     later, ahead, capped = harness.Harness(job), harness.Harness(job), harness.Harness(job)
     for h in (later, ahead, capped):
@@ -1032,7 +1047,7 @@ def test_stale_locks_are_cleaned(cache):
 
 def seed_pairs(tasks, backend):
     pairs = []
-    for f in sorted(glob.glob(os.path.join(HERE, "tasks", "seeds", backend, "*", "*.py"))):
+    for f in sorted(glob.glob(os.path.join(HERE, "tasks", "seeds", config.pick_language("auto", backend), "*", "*.py"))):
         pairs.append((tasks[os.path.basename(os.path.dirname(f))], taskset.Solution(open(f).read(), f)))
     return pairs
 
@@ -1122,7 +1137,7 @@ def test_job_control_groups_are_removed_and_stale_ones_cleaned(cache, tasks):
     os.mkdir(stale)
     sleeper = subprocess.Popen(["sleep", "60"])
     sandbox._write(stale, "cgroup.procs", sleeper.pid)
-    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     with make_eval(cache, "cpu") as ev:
         assert not os.path.exists(stale) and sleeper.wait(timeout=10) == -signal.SIGKILL
         [v] = ev.evaluate([(tasks["gelu"], seed)])
@@ -1143,7 +1158,7 @@ def test_job_limits_are_watched_where_no_group_can_be_made(cache, tasks, monkeyp
     assert sandbox._pss(me) <= sandbox._rss(me) < 2 * sandbox._pss(me) + (1 << 30)
     hoarder = open(os.path.join(HERE, "hacks", "sandbox_memory_limit.py")).read()
     forker = open(os.path.join(HERE, "hacks", "sandbox_process_limit.py")).read()
-    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     with make_eval(cache, "cpu", job_memory_gb=2.0, max_processes=100, static_check=False) as ev:
         [m, p, ok] = ev.evaluate([(tasks["gelu"], hoarder), (tasks["gelu"], forker), (tasks["gelu"], seed)])
     assert (m.status, m.reason) == ("runtime_error", "memory_limit") and "watched" in m.message, m.message
@@ -1178,7 +1193,7 @@ def test_without_root_the_network_is_cut_through_a_user_namespace():
 def test_the_same_code_is_measured_once_per_evaluator(cache, tasks):
     """evaluate.py judges every checkpoint with one Evaluator: code a second checkpoint also
     produces gets the first one's measurement under its own name, with no new worker."""
-    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     with make_eval(cache, "cpu") as ev:
         [a] = ev.evaluate([(tasks["gelu"], taskset.Solution(seed, "base:gelu/sample0"))])
         jobs = ev._jobs
@@ -1202,7 +1217,7 @@ def test_implausible_speedups_are_measured_again(cache, tasks):
 # ---------------------------------------------------------------------------- evaluate.py
 
 def test_evaluate_cli_writes_results(cache, tmp_path):
-    sols = os.path.join(HERE, "tasks", "seeds", "cpu")
+    sols = os.path.join(HERE, "tasks", "seeds", "cpp")
     argv = ["--backend=cpu", "--tasks=builtin", f"--solutions={sols}", "--only=gelu,diag_matmul",
             f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false", "--timing_rounds=2",
             "--round_seconds=0.05"]
@@ -1221,7 +1236,7 @@ def test_evaluate_journals_verdicts_and_resumes_after_an_interruption(cache, tmp
     """Solutions mode writes each verdict as it lands; --resume reuses those of a journal with
     the same evaluator settings (a line torn by a kill skipped) and judges only the rest; other
     settings reuse nothing."""
-    sols = os.path.join(HERE, "tasks", "seeds", "cpu")
+    sols = os.path.join(HERE, "tasks", "seeds", "cpp")
     argv = ["--backend=cpu", "--tasks=builtin", f"--solutions={sols}", "--only=gelu", f"--cache_dir={cache}",
             f"--out={tmp_path}", "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
     first, _ = evaluate.main(argv)
@@ -1245,7 +1260,7 @@ def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path
     records with a published score are reported beside our measurement and beside
     KernelBench's own verdict, which differs from ours on a candidate that overwrites its
     input after computing (KernelBench runs the reference first and never looks again)."""
-    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     wrong = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
     mutates = ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
                "        y = torch.nn.functional.gelu(x)\n        x.zero_()\n        return y\n")
@@ -1289,7 +1304,7 @@ def test_report_shows_why_builds_failed_and_whole_paths(monkeypatch, capsys):
               "    2 | return x * nope;\nninja: build stopped: subcommand failed.\n")
     nvcc = "".join(f"/tmp/b/kernel.cu({i}): error: problem {i}\n" for i in range(1, 5)) + \
         '4 errors detected in the compilation of "kernel.cu".\n'
-    path = os.path.join(HERE, "tasks", "seeds", "cpu", "diag_matmul", "fast.py")
+    path = os.path.join(HERE, "tasks", "seeds", "cpp", "diag_matmul", "fast.py")
     V = kernels.Verdict
     vs = [V("gelu", "r.jsonl:1", "compile_error", "build_failed", "load_inline build failed", log=inline),
           V("gelu", "r.jsonl:2", "compile_error", "build_failed", "compilation failed", log=nvcc),
@@ -1302,10 +1317,10 @@ def test_report_shows_why_builds_failed_and_whole_paths(monkeypatch, capsys):
     assert "  gelu r.jsonl:1: main.cpp:2:50: error: 'nope' was not declared in this scope\n" in out, out
     assert "  gelu r.jsonl:2: kernel.cu(1): error: problem 1\n      kernel.cu(2)" in out and "problem 4" not in out
     assert "r.jsonl:3: syntax error at line 2" in out and "r.jsonl:4:" not in out and "ninja" not in out
-    assert " tasks/seeds/cpu/diag_matmul/fast.py " in out  # whole, not cut mid-word from the left
+    assert " tasks/seeds/cpp/diag_matmul/fast.py " in out  # whole, not cut mid-word from the left
     monkeypatch.chdir(os.path.join(HERE, "tasks"))
     evaluate.print_table(vs[-1:])
-    assert " seeds/cpu/diag_matmul/fast.py " in capsys.readouterr().out
+    assert " seeds/cpp/diag_matmul/fast.py " in capsys.readouterr().out
 
 
 def test_evaluate_prints_a_real_build_error(cache, tmp_path, monkeypatch, capsys):
@@ -1330,7 +1345,7 @@ def test_evaluate_checks_model_mode_inputs_first(tmp_path):
         return r.returncode, r.stderr.strip()
     assert run("--samples=2", "--exemplars_db=nosuch.jsonl") == (
         1, "evaluate.py: --exemplars_db nosuch.jsonl: no such file (crl.py writes out/<config>/crl/db.jsonl)")
-    code, err = run("--solutions=tasks/seeds/cpu", f"--exemplars_db={tmp_path}")
+    code, err = run("--solutions=tasks/seeds/cpp", f"--exemplars_db={tmp_path}")
     assert code == 1 and "needs --samples k" in err, err
     code, err = run("--samples=2", f"--checkpoint=base,{tmp_path / 'nope'}")
     assert code == 1 and err.endswith("nope: no such checkpoint or model folder"), err
@@ -1346,20 +1361,21 @@ def test_evaluate_says_why_there_is_nothing_to_evaluate(cache, tmp_path, tasks, 
         with pytest.raises(SystemExit, match=msg):
             evaluate.main([f"--solutions={tmp_path / spec}", f"--cache_dir={cache}"])
     cuda = os.path.join(HERE, "tasks", "seeds", "cuda")
-    with pytest.raises(SystemExit, match=r"all \d+ solutions are written for cuda and this machine runs backend cpu "
-                                         r"\(--backend=cpu\): give solutions written for cpu .*tasks/seeds/cpu"):
+    with pytest.raises(SystemExit, match=r"all \d+ solutions are written for cuda and this machine runs cpp on cpu "
+                                         r"\(--backend=cpu\): give solutions written for cpp .*tasks/seeds/cpp"):
         evaluate.main([f"--solutions={cuda}", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
                        "--progress=false"])
     # the same on a machine without a GPU, and solutions named after no task
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    cfg = dict(backend="auto", tasks="builtin")
-    p = taskset.pair_up(list(tasks.values()), taskset.load_solutions(cuda), "", "cpu")
-    msg = evaluate.nothing_to_evaluate(p, cfg, "cpu", list(tasks.values()))
-    assert f"all {len(p.other_backend)} solutions are written for cuda" in msg and "(no CUDA GPU)" in msg
+    import types
+    cfg, ev = dict(backend="auto", language="auto", tasks="builtin"), types.SimpleNamespace(device="cpu", language="cpp")
+    p = taskset.pair_up(list(tasks.values()), taskset.load_solutions(cuda), "", "cpp")
+    msg = evaluate.nothing_to_evaluate(p, cfg, ev, list(tasks.values()))
+    assert f"all {len(p.other_language)} solutions are written for cuda" in msg and "(no CUDA GPU)" in msg
     assert msg.endswith("or run on a machine with a CUDA GPU and nvcc")
     stray = taskset.Solution("class ModelNew: pass", "x/unrelated.py", task="x|unrelated")
-    p = taskset.pair_up(list(tasks.values()), [stray] + taskset.load_solutions(os.path.join(cuda, "gelu")), "", "cpu")
-    msg = evaluate.nothing_to_evaluate(p, cfg, "cpu", list(tasks.values()))
+    p = taskset.pair_up(list(tasks.values()), [stray] + taskset.load_solutions(os.path.join(cuda, "gelu")), "", "cpp")
+    msg = evaluate.nothing_to_evaluate(p, cfg, ev, list(tasks.values()))
     assert msg.startswith("no solution can run here: 2 are written for cuda")
     assert "; 1 matches no task of --tasks builtin (e.g. x/unrelated.py)" in msg and "name solutions after" in msg
 
@@ -1371,15 +1387,15 @@ def test_prompt_templates():
     plain = prompts.task_prompt(task, "cuda")
     assert [m["role"] for m in plain] == ["system", "user"]
     assert "kernels.load_cuda" in plain[1]["content"] and "Variant" not in plain[1]["content"]
-    assert "kernels.load_cpp" in prompts.task_prompt(task, "cpu")[1]["content"]
-    user = prompts.task_prompt(task, "cpu", [dict(code="FAST", speedup=2.5), dict(code="SLOW", speedup=0.4)])[1]["content"]
+    assert "kernels.load_cpp" in prompts.task_prompt(task, "cpp")[1]["content"]
+    user = prompts.task_prompt(task, "cpp", [dict(code="FAST", speedup=2.5), dict(code="SLOW", speedup=0.4)])[1]["content"]
     # the contrastive prompt: both variants with speedups, worst first, and the three sections
     assert user.index("SLOW") < user.index("FAST") and "0.40x" in user and "2.50x" in user
     assert all(s in user for s in prompts.SECTIONS)
 
 
 def test_completion_round_trips_through_the_parser():
-    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     text = prompts.completion(seed)
     p = prompts.parse_response(text)
     assert p.code is not None and "class ModelNew" in p.code and not p.code.lstrip().startswith('"""')
@@ -2083,29 +2099,29 @@ def test_evaluate_model_mode_compares_checkpoints(pipeline, cache, tmp_path):
 
 def test_file_teacher_reads_the_cuda_l1_layout(tmp_path, tasks):
     gelu = tasks["gelu"]
-    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     rows = [dict(level_id=1, task_id=7, ref_code=gelu.code, custom_code=seed),
             dict(level_id=1, task_id=8, ref_code=gelu.code, custom_code="None")]
     path = tmp_path / "release.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = config.parse(["--attempts=5"])
-    got = list(sft.teacher_stream(f"file:{path}", list(tasks.values()), cfg, "cpu"))
+    got = list(sft.teacher_stream(f"file:{path}", list(tasks.values()), cfg, "cpp"))
     assert len(got) == 2
     (t1, text1), (t2, text2) = got
     assert t1.code == gelu.code and t1.level == 1 and t1.problem_id == 7  # the record's own reference
     assert prompts.parse_response(text1).code.strip() == prompts.split_docstring(seed)[1].strip()
     assert text2 == "" and prompts.parse_response(text2).error.startswith("empty")
     with pytest.raises(ValueError, match="no such file"):
-        sft.teacher_stream("file:/nope.jsonl", [], cfg, "cpu")
+        sft.teacher_stream("file:/nope.jsonl", [], cfg, "cpp")
     with pytest.raises(ValueError, match="unknown teacher"):
-        sft.teacher_stream("gpt:x", [], cfg, "cpu")
+        sft.teacher_stream("gpt:x", [], cfg, "cpp")
 
 
 def test_sft_with_a_file_teacher_end_to_end(cache, tmp_path, tasks):
     """The README's `sft.py --config small --teachers file:<release>`: records that bring
     their own reference are judged against it, kept, and trained on; a broken file stops
     the run with one line and leaves no half-made stage folder."""
-    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     rows = [dict(level_id=1, task_id=7, ref_code=tasks["gelu"].code, custom_code=seed),
             dict(level_id=1, task_id=8, ref_code=tasks["gelu"].code, custom_code="None")]
     path = tmp_path / "release.jsonl"
@@ -2154,7 +2170,7 @@ def test_openai_teacher_against_a_local_server(tasks, monkeypatch):
         monkeypatch.setenv("TEST_TEACHER_KEY", "sk-test")
         cfg = config.parse(["--attempts=3", "--teacher_model=coder", "--api_key_env=TEST_TEACHER_KEY"])
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        got = list(sft.teacher_stream(f"openai:{url}", [tasks["gelu"]], cfg, "cpu"))
+        got = list(sft.teacher_stream(f"openai:{url}", [tasks["gelu"]], cfg, "cpp"))
     finally:
         server.shutdown()
     assert len(got) == 3 and all(t.name == "gelu" for t, _ in got)
@@ -2162,9 +2178,9 @@ def test_openai_teacher_against_a_local_server(tasks, monkeypatch):
     assert sum("ModelNew" in text for _, text in got) == 2
     path, auth, body = seen[0]
     assert path == "/v1/chat/completions" and auth == "Bearer sk-test" and body["model"] == "coder"
-    assert body["messages"][1]["content"] == prompts.task_prompt(tasks["gelu"].code, "cpu")[1]["content"]
+    assert body["messages"][1]["content"] == prompts.task_prompt(tasks["gelu"].code, "cpp")[1]["content"]
     with pytest.raises(ValueError, match="teacher_model"):
-        sft.teacher_stream(f"openai:{url}", [], config.parse([]), "cpu")
+        sft.teacher_stream(f"openai:{url}", [], config.parse([]), "cpp")
 
 
 def test_kept_variants_are_judged_again_against_their_own_task(cache, tasks):
@@ -2172,7 +2188,7 @@ def test_kept_variants_are_judged_again_against_their_own_task(cache, tasks):
     kept for, also one a file: teacher's record brought with its own reference (a task the
     task set does not hold), and drops what fails there."""
     ref = tasks["gelu"].code
-    seed = open(os.path.join(HERE, "tasks", "seeds", "cpu", "gelu", "fast.py")).read()
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     wrong = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
     data = [dict(task="L1_19_GELU", task_code=ref, code=seed), dict(task="L1_19_GELU", task_code=ref, code=wrong)]
     cfg = config.parse(["--backend=cpu", f"--cache_dir={cache}", "--progress=false", "--timing_rounds=2",
@@ -2183,13 +2199,13 @@ def test_kept_variants_are_judged_again_against_their_own_task(cache, tasks):
 
 def test_builtin_teacher_mutates_and_the_filter_matters(tasks):
     cfg = config.parse(["--attempts=12", "--seed=1"])
-    got = list(sft.teacher_stream("builtin", [tasks["softmax"]], cfg, "cpu"))
+    got = list(sft.teacher_stream("builtin", [tasks["softmax"]], cfg, "cpp"))
     assert len(got) == 12
     codes = {prompts.parse_response(text).code for _, text in got}
     seeds = {prompts.parse_response(prompts.completion(open(p).read())).code
-             for p in glob.glob(os.path.join(HERE, "tasks", "seeds", "cpu", "softmax", "*.py"))}
+             for p in glob.glob(os.path.join(HERE, "tasks", "seeds", "cpp", "softmax", "*.py"))}
     assert seeds <= codes and len(codes - seeds) >= 3  # seeds and mutations of them
-    assert list(sft.teacher_stream("builtin", [taskset.Task("nosuch", tasks["gelu"].code, "-")], cfg, "cpu")) == []
+    assert list(sft.teacher_stream("builtin", [taskset.Task("nosuch", tasks["gelu"].code, "-")], cfg, "cpp")) == []
 
 
 # ---------------------------------------------------------------------------- torchrun (gloo on CPU)
@@ -2203,7 +2219,7 @@ def torchrun(script, argv, nproc=2, timeout=900):
 
 
 def test_evaluate_under_torchrun_matches_one_process(cache, tmp_path):
-    sols = os.path.join(HERE, "tasks", "seeds", "cpu")
+    sols = os.path.join(HERE, "tasks", "seeds", "cpp")
     argv = ["--backend=cpu", f"--solutions={sols}", "--only=gelu,diag_matmul,row_sum", f"--cache_dir={cache}",
             "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
     stdout = torchrun("evaluate.py", argv + [f"--out={tmp_path / 'two'}"])
@@ -2316,12 +2332,12 @@ def test_hf_teacher_samples_a_local_checkpoint(pipeline, tasks):
     out, _, _ = pipeline
     ck = os.path.join(out, "small", "sft")
     cfg = config.parse(TINY + ["--attempts=2", "--max_new_tokens=16", "--temperature=0"])
-    got = list(sft.teacher_stream(f"hf:{ck}", [tasks["gelu"], tasks["row_sum"]], cfg, "cpu"))
+    got = list(sft.teacher_stream(f"hf:{ck}", [tasks["gelu"], tasks["row_sum"]], cfg, "cpp"))
     assert [t.name for t, _ in got] == ["gelu", "gelu", "row_sum", "row_sum"]
     # greedy: each reply is what that checkpoint itself says to the task's prompt
     model, tok = policy.load(cfg, ck)
     for task, text in got:
-        [[want]] = policy.generate(model, tok, [prompts.task_prompt(task.code, "cpu")], cfg, n=1, progress=False)
+        [[want]] = policy.generate(model, tok, [prompts.task_prompt(task.code, "cpp")], cfg, n=1, progress=False)
         assert text and text == want.text, (task.name, text, want.text)
     with pytest.raises(FileNotFoundError):
-        list(sft.teacher_stream("hf:/no/such/model", [tasks["gelu"]], cfg, "cpu"))
+        list(sft.teacher_stream("hf:/no/such/model", [tasks["gelu"]], cfg, "cpp"))

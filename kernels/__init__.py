@@ -3,7 +3,7 @@ import it for the build API; scripts import it for the Evaluator. Candidate code
 runs in worker processes (worker.py, harness.py, timing.py), never in the process that
 holds an Evaluator.
 
-    python evaluate.py --tasks builtin --solutions tasks/seeds/cpu      # the usual front end
+    python evaluate.py --tasks builtin --solutions tasks/seeds/cpp      # the usual front end
 
     import kernels, taskset
     with kernels.Evaluator(config.parse([])) as ev:

@@ -19,6 +19,7 @@ from .verdicts import Verdict, trim_log, unusable
 # The parent: schedule compile workers on the CPU cores and run workers on the GPUs
 
 def pick_backend(name):
+    """--backend -> the device candidates run on: cuda where a GPU and nvcc are, else cpu."""
     if name in ("cuda", "cpu"):
         return name
     if name != "auto":
@@ -48,7 +49,11 @@ class Evaluator:
     def __init__(self, cfg=None, **overrides):
         import multiprocessing as mp
         self.cfg = {**config.DEFAULTS, **(cfg or {}), **overrides}
-        self.backend = pick_backend(self.cfg["backend"])
+        # the device candidates run on, and the language they are written in (config.LANGUAGES):
+        # --backend picks the device, --language the language; either alone implies the other
+        by_language = self.cfg["backend"] == "auto" and self.cfg["language"] != "auto"
+        self.device = pick_backend(config.LANGUAGES[self.cfg["language"]] if by_language else self.cfg["backend"])
+        self.language = config.pick_language(self.cfg["language"], self.device)
         self.cache = cache_root(self.cfg)
         os.makedirs(self.cache, exist_ok=True)
         self.tmp = tempfile.mkdtemp(prefix="kernels-")
@@ -60,7 +65,8 @@ class Evaluator:
         sandbox.start_forkserver()
         from . import worker
         self.worker = worker
-        self.env = {"KERNELS_BACKEND": self.backend, "CUDAL1_CACHE": self.cache, "MAX_JOBS": "2",
+        # task files size themselves by KERNELS_DEVICE (KERNELS_BACKEND: its older name)
+        self.env = {"KERNELS_DEVICE": self.device, "KERNELS_BACKEND": self.device, "CUDAL1_CACHE": self.cache, "MAX_JOBS": "2",
                     "KERNELS_COMPILE_TIMEOUT": str(self.cfg["compile_timeout"])}
         # torch.compile of the reference (--baseline=compile): its compiler caches, shared by
         # all jobs and written only before a job's candidate code runs (harness.py)
@@ -77,7 +83,7 @@ class Evaluator:
                        if not any(n == h or n.startswith(h + os.sep) for n in needed)]
         self.hidden += [self.tmp, os.path.join(self.cache, "programs")]
         cores = sorted(os.sched_getaffinity(0))
-        if self.backend == "cuda":
+        if self.device == "cuda":
             import torch
             n = torch.cuda.device_count()
             self.gpus = [int(g) for g in self.cfg["gpus"].split(",")] if self.cfg["gpus"] else list(range(n))
@@ -162,7 +168,7 @@ class Evaluator:
         return dict(task_code=task.code, task_hash=task.hash, code=code, source_hash=src_hash,
                     reference_cache=self.reference_cache,
                     hidden=self.hidden + sandbox.forkserver_folder(),  # listed per job: others start later
-                    backend=self.backend, cfg=self.cfg, workdir=workdir, env=env,
+                    device=self.device, language=self.language, cfg=self.cfg, workdir=workdir, env=env,
                     seed=int.from_bytes(os.urandom(3), "little"), task_name=task.name)
 
     def _start(self, kind, item, slot):
@@ -174,7 +180,7 @@ class Evaluator:
             job["cores"] = self.compile_cores
         else:
             g = self.slots[slot]
-            if self.backend == "cuda":
+            if self.device == "cuda":
                 env["CUDA_VISIBLE_DEVICES"] = gate.physical_gpu(self.gpus[g])
             job["cores"], job["time_cores"] = self.check_cores[g], self.run_cores[g]
         timeout = self.cfg["compile_timeout"] if kind == "compile" else self.cfg["run_timeout"]
@@ -185,7 +191,7 @@ class Evaluator:
             if self.cfg["sandbox"] else None
         job = dict(job, env=env, cgroups=group.dirs if group else {}, kernelbench=bool(item.get("kb_job")),
                    confirm=None if item.get("kb_job") else item.get("confirm"))
-        if kind == "run" and self.backend == "cuda":
+        if kind == "run" and self.device == "cuda":
             # A worker that already holds a CUDA context takes the job; the next one starts
             # its context now, while this one checks, instead of on the GPU's time later.
             proc, conn = self._standby.pop(slot, None) or self._spawn_standby(slot)
@@ -338,7 +344,7 @@ class Evaluator:
                     if f.endswith(".so") and p not in seen:
                         seen.add(p)  # a torch extension (ext/, or built in the work folder) is a Python module
                         names = static.check_library(p, python_module=not p.startswith(os.path.join(own, "lib")),
-                                                     cuda=self.backend == "cuda")
+                                                     cuda=self.device == "cuda")
                         if names:
                             bad.append((p, names))
         return bad
@@ -436,12 +442,12 @@ class Evaluator:
             it["seconds"] = {}
         free = list(range(len(self.slots)))
         active = []
-        if self.backend == "cuda" and "run" in phases:  # CUDA contexts come up while the builds run
+        if self.device == "cuda" and "run" in phases:  # CUDA contexts come up while the builds run
             for slot in range(min(len(self.slots), len(items))):
                 if slot not in self._standby:
                     self._standby[slot] = self._spawn_standby(slot)
         # CPU timings must not share the cores with builds (untimed checks may)
-        exclusive = self.backend == "cpu" and self.cfg["time_candidates"] and "run" in phases
+        exclusive = self.device == "cpu" and self.cfg["time_candidates"] and "run" in phases
         try:
             while any(queues.values()) or active:
                 n_build = sum(r.kind == "compile" for r in active)
@@ -457,14 +463,14 @@ class Evaluator:
                                 (slot := gate.pick_slot(free, self.slots, active, queues[p][0])) is not None:
                             free.remove(slot)
                             r = self._start(p, queues[p].popleft(), slot)
-                            if r.kind == "run" and self.backend == "cuda":
+                            if r.kind == "run" and self.device == "cuda":
                                 gate.join(r, [a for a in active if a.kind == "run" and a.gpu == r.gpu])
                             active.append(r)
                             n_dev += 1
                 self._reap()
                 # the GPU gate's next step (gate.py), then wait for a message, an exit or the
                 # deadline of a worker that runs
-                for g in range(len(self.gpus)) if self.backend == "cuda" else ():
+                for g in range(len(self.gpus)) if self.device == "cuda" else ():
                     gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g])
                 for r in active:  # over a limit the evaluator watches (sandbox.JobGroup): stopped now
                     if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):

@@ -99,7 +99,7 @@ class Harness:
 
     def __init__(self, job):
         self.job, self.cfg = job, job["cfg"]
-        self.cuda = job["backend"] == "cuda"
+        self.cuda = job["device"] == "cuda"
         self.dev = torch.device("cuda" if self.cuda else "cpu")
         self.workdir = job["workdir"]
         # The clocks and barriers the harness uses, captured before any candidate runs.

@@ -90,7 +90,7 @@ def _time(fn, xs, cuda):
 def kernelbench_job(job):
     """In a worker: judge one candidate by KernelBench's convention -> dict of Verdict fields
     (status ok with both mean times, or the failure KernelBench would report)."""
-    cuda = job["backend"] == "cuda"
+    cuda = job["device"] == "cuda"
     dev = torch.device("cuda" if cuda else "cpu")
     gate = job["gate"]
     where = "loading"

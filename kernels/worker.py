@@ -93,7 +93,7 @@ def child_main(kind, conn, job):
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     if kind == "compile":  # builds share cores with the checks; the checks feed the GPU first
         os.nice(10)
-    if not (kind != "compile" and job["backend"] == "cuda"):  # CUDA maps huge address ranges
+    if not (kind != "compile" and job["device"] == "cuda"):  # CUDA maps huge address ranges
         # a candidate asking for terabytes gets an error, not the machine's OOM killer
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         resource.setrlimit(resource.RLIMIT_AS, (ram, ram))
@@ -102,9 +102,9 @@ def child_main(kind, conn, job):
     job["notify"] = lambda seconds: _send(conn, ("call", seconds))
     # a CUDA run worker shares its GPU for checks and has it alone for timing (gate.py)
     job["gate"] = gate.WorkerGate(conn.fileno(), lambda msg: _send(conn, msg), _SYNC, job.get("time_cores"), _FREE) \
-        if kind == "run" and job["backend"] == "cuda" else gate.Open()
+        if kind == "run" and job["device"] == "cuda" else gate.Open()
     try:
-        if job["backend"] == "cpu" and kind == "run":
+        if job["device"] == "cpu" and kind == "run":
             _cpu_worker_setup(job)
         if job.get("cuda_failed"):  # the GPU's fault, not the task's or the candidate's; out of
             # memory beside other workers is judged again alone (evaluator.py)

@@ -17,7 +17,7 @@ class Model(nn.Module):
         return torch.softmax(scores, dim=-1) @ v
 
 
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 batch, heads, seq, head_dim = (16, 16, 1024, 64) if ON_GPU else (2, 4, 128, 32)
 
 

@@ -19,7 +19,7 @@ class Model(nn.Module):
         return x * self.scale
 
 
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 batch_size, in_channels, out_channels, size = (32, 64, 128, 128) if ON_GPU else (4, 16, 32, 32)
 scale = 0.5
 

@@ -14,7 +14,7 @@ class Model(nn.Module):
         return torch.diag(a) @ B
 
 
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 N, M = (4096, 4096) if ON_GPU else (512, 512)
 
 

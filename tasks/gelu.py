@@ -14,9 +14,9 @@ class Model(nn.Module):
         return torch.nn.functional.gelu(x)
 
 
-# Sizes follow the evaluator's backend (kernels.py sets KERNELS_BACKEND): GPU sizes run for
+# Sizes follow the evaluator's device (the kernels package sets KERNELS_DEVICE): GPU sizes run for
 # about a millisecond on an H100, CPU sizes for a few milliseconds on two cores.
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 batch_size, dim = (16384, 32768) if ON_GPU else (512, 4096)
 
 

@@ -23,7 +23,7 @@ class Model(nn.Module):
         return torch.nn.functional.gelu(x)
 
 
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 batch_size, in_features, out_features = (1024, 8192, 8192) if ON_GPU else (128, 512, 512)
 
 

@@ -19,7 +19,7 @@ class Model(nn.Module):
         return self.ln(x)
 
 
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 batch_size, dim = (65536, 4096) if ON_GPU else (2048, 1024)
 
 

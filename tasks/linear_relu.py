@@ -15,7 +15,7 @@ class Model(nn.Module):
         return torch.relu(self.linear(x))
 
 
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 batch_size, in_features, out_features = (2048, 8192, 4096) if ON_GPU else (128, 512, 512)
 
 

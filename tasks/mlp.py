@@ -16,7 +16,7 @@ class Model(nn.Module):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x), approximate="tanh"))
 
 
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 batch_size, dim, hidden = (8192, 1024, 4096) if ON_GPU else (64, 256, 1024)
 
 

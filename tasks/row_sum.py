@@ -14,7 +14,7 @@ class Model(nn.Module):
         return torch.sum(x, dim=1, keepdim=True)
 
 
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 batch_size, dim = (32768, 32768) if ON_GPU else (1024, 4096)
 
 

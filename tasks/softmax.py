@@ -14,7 +14,7 @@ class Model(nn.Module):
         return torch.softmax(x, dim=1)
 
 
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 batch_size, dim = (16384, 16384) if ON_GPU else (512, 4096)
 
 

@@ -15,7 +15,7 @@ class Model(nn.Module):
         return x * torch.sigmoid(x) + self.bias
 
 
-ON_GPU = os.environ.get("KERNELS_BACKEND", "cuda") == "cuda"
+ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
 batch_size, dim = (16384, 16384) if ON_GPU else (512, 2048)
 
 
