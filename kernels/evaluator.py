@@ -13,7 +13,7 @@ import taskset
 
 from . import gate, sandbox, static
 from .builds import cache_root
-from .verdicts import Verdict, trim_log, unusable
+from .verdicts import Reject, Verdict, unusable
 
 # ----------------------------------------------------------------------------------------
 # The parent: schedule compile workers on the CPU cores and run workers on the GPUs
@@ -261,7 +261,7 @@ class Evaluator:
                            f"{self.cfg['call_timeout_factor']:.0f}x the reference's time or "
                            f"{self.cfg['call_timeout']:.0f} s (three times that for the first call): a hang, "
                            "or far too slow")
-            res = dict(status="timeout", reason="timeout", message=message, log=trim_log(_tail(r.log)))
+            res = Reject("timeout", "timeout", message, log=_tail(r.log)).result()
             r.conn.close()
         else:
             res = r.result
@@ -276,17 +276,17 @@ class Evaluator:
                     self._kill(r)
                 r.conn.close()
             if res is None:
-                res = dict(self.worker.death(r.kind, r.proc.exitcode), log=trim_log(_tail(r.log)))
+                res = self.worker.death(r.kind, r.proc.exitcode, log=_tail(r.log))
         hit = r.group.verdict() if r.group else None  # a limit of its control group: the cause
         if hit:
-            res = dict(status="runtime_error", reason=hit[0], message=hit[1], log=res.get("log", ""))
+            res = Reject("runtime_error", hit[0], hit[1], log=res.get("log", "")).result()
         elif res.get("status") in ("built", "ok") and self.cfg["static_check"]:
             bad = self._libraries(r.item)
             if bad:
-                res = dict(status="rejected", reason="library_symbols", message="a library it compiled imports "
-                           + "; ".join(f"{os.path.basename(os.path.dirname(p))}/{os.path.basename(p)}: "
-                                       f"{', '.join(names[:6])}" for p, names in bad[:3])
-                           + " (processes, signals, raw system calls, loaded code, sockets: no kernel needs them)")
+                res = Reject("rejected", "library_symbols", "a library it compiled imports "
+                             + "; ".join(f"{os.path.basename(os.path.dirname(p))}/{os.path.basename(p)}: "
+                                         f"{', '.join(names[:6])}" for p, names in bad[:3])
+                             + " (processes, signals, raw system calls, loaded code, sockets: no kernel needs them)").result()
         sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
         res.setdefault("seconds", {})
         res["seconds"][self._step(r.item, r.kind)] = round(gate.now() - r.start, 3)
@@ -323,9 +323,10 @@ class Evaluator:
         s1, s2 = first["speedup"], second["speedup"]
         allowed = 1 + self.cfg["confirm_margin"] + (first.get("spread") or 0) + (second.get("spread") or 0)
         if s2 * allowed < s1:
-            return dict(status="rejected", reason="unconfirmed", log="", message=(
+            return Reject("rejected", "unconfirmed", (
                 f"timed at {s1:.2f}x, then at {s2:.2f}x in a fresh worker by a second timer (more than the "
-                f"{allowed:.2f}x apart that the two measurements' spreads allow): its speed depends on how it is measured"))
+                f"{allowed:.2f}x apart that the two measurements' spreads allow): its speed depends on how it is measured"
+            )).result()
         note = f"confirmed at {s2:.2f}x by a second timer in a fresh worker"
         return dict(first, confirmed=s2, message="; ".join(m for m in (first.get("message"), note) if m))
 
@@ -353,18 +354,17 @@ class Evaluator:
         """Verdicts that need no worker: no code, unparsable code, no ModelNew, a static check
         that finds the candidate reaching for the evaluator (static.py)."""
         if code is None:
-            return dict(status="compile_error", reason="no_code", message="the solution has no code")
+            return Reject("compile_error", "no_code", "the solution has no code").result()
         try:
             names = taskset.top_names(code)
         except SyntaxError as e:
-            return dict(status="compile_error", reason="syntax_error",
-                        message=f"syntax error at line {e.lineno}: {e.msg}")
+            return Reject("compile_error", "syntax_error", f"syntax error at line {e.lineno}: {e.msg}").result()
         if "ModelNew" not in names:
-            return dict(status="compile_error", reason="no_modelnew", message="the solution defines no ModelNew")
+            return Reject("compile_error", "no_modelnew", "the solution defines no ModelNew").result()
         found = static.check(code) if self.cfg["static_check"] else []
         if found:
-            return dict(status="rejected", reason="static_check", message="; ".join(
-                f"line {n}: {what}" for n, what in found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else ""))
+            return Reject("rejected", "static_check", "; ".join(f"line {n}: {what}" for n, what in found[:3])
+                          + (f" (and {len(found) - 3} more)" if len(found) > 3 else "")).result()
         return None
 
     def evaluate(self, pairs, progress=None, desc="evaluating", on_verdict=None, kernelbench=False):

@@ -234,8 +234,8 @@ class Running:
                     self.host = None
                     self.tell(b"D")  # it waits for this before any GPU work
         except verdicts.ProtocolError as e:
-            self.result = dict(status="rejected", reason="protocol", message=(
-                f"the worker's channel to the evaluator carried {e}: only the harness may write on it"))
+            self.result = verdicts.Reject("rejected", "protocol", f"the worker's channel to the evaluator carried "
+                                          f"{e}: only the harness may write on it").result()
             return True
         return eof
 

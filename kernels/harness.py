@@ -23,7 +23,7 @@ import torch
 
 from . import builds, checks, correctness, gate, guards, sandbox, timing, verdicts
 from .correctness import tensors
-from .verdicts import Reject, fresh_seed, trim_log
+from .verdicts import Reject, fresh_seed
 
 # The first candidate call's deadline, in call limits (Harness.calling).
 FIRST_CALL = 3
@@ -553,9 +553,8 @@ def run_job(job):
 def reference_failed(e):
     """The reference's exception -> a task_error (out of memory: "oom", which the Evaluator
     judges again alone if the GPU was shared)."""
-    return dict(status="task_error", reason="oom" if classify(e, "").reason == "oom" else "reference_failed",
-                message=f"the reference failed: {type(e).__name__}: {str(e)[:300]}",
-                log=trim_log(traceback.format_exc()))
+    return Reject("task_error", "oom" if classify(e, "").reason == "oom" else "reference_failed",
+                  f"the reference failed: {type(e).__name__}: {str(e)[:300]}", log=traceback.format_exc()).result()
 
 
 def failed(h, e):
@@ -563,12 +562,9 @@ def failed(h, e):
     check (Reject) as it says, anything else classified (classify)."""
     if not isinstance(e, Reject):
         r = classify(e, "evaluation")
-        return dict(status=r.status, reason=r.reason, message=r.message,
-                    log=trim_log(_candidate_traceback(e, os.path.join(h.workdir, "candidate.py"))))
-    res = dict(status=e.status, reason=e.reason, message=e.message, log=trim_log(e.extra.get("log", "")))
-    if "err" in e.extra:
-        res.update(max_err=e.extra["err"], tol=e.extra["tol"])
-    return res
+        r.extra["log"] = _candidate_traceback(e, os.path.join(h.workdir, "candidate.py"))
+        return r.result()
+    return e.result()
 
 
 def reference_job(job):
@@ -579,8 +575,7 @@ def reference_job(job):
             _, _, out, ms = h.run_reference()
         except Exception as e:
             r = classify(e, "the reference")
-            return dict(status="task_error", reason=r.reason, message=r.message,
-                        log=trim_log(traceback.format_exc()))
+            return Reject("task_error", r.reason, r.message, log=traceback.format_exc()).result()
     shapes = [tuple(t.shape) for t in tensors(out)]
     return dict(status="ok", ref_ms=ms, message=f"output {shapes}")
 
@@ -596,6 +591,6 @@ def compile_job(job):
     except BaseException as e:
         r = classify(e, "import")
         if r.status == "compile_error":
-            return dict(status=r.status, reason=r.reason, message=r.message,
-                        log=trim_log(r.extra.get("log") or _candidate_traceback(e, path)))
+            r.extra["log"] = r.extra.get("log") or _candidate_traceback(e, path)
+            return r.result()
     return dict(status="built")

@@ -21,6 +21,7 @@ import time
 import torch
 
 from .harness import classify
+from .verdicts import Reject
 
 SEED, TRIALS, WARMUP, TIMED = 42, 5, 3, 100
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
@@ -126,7 +127,7 @@ def kernelbench_job(job):
                         torch.cuda.synchronize()
                     why = _agree(r, n)
                     if why:
-                        return dict(status="incorrect", reason="mismatch", message=f"{why} ({where})")
+                        return Reject("incorrect", "mismatch", f"{why} ({where})").result()
                 where = "timing"
                 _seed(SEED)
                 xs = _to(task["get_inputs"](), dev)
@@ -134,6 +135,5 @@ def kernelbench_job(job):
             finally:
                 gate.release()
     except Exception as e:
-        r = classify(e, where)
-        return dict(status=r.status, reason=r.reason, message=r.message)
+        return classify(e, where).result()
     return dict(status="ok", ref_ms=ref_ms, new_ms=new_ms)

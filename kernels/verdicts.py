@@ -60,11 +60,20 @@ def trim_log(text, limit=2000):
 
 
 class Reject(Exception):
-    """A candidate failed a check: carries the verdict's status, reason and message."""
+    """A failure, of the candidate or of its job: the verdict's status, reason and message,
+    raised by a failed check or built where a failure is found; result() is the one way it
+    becomes a worker's result and a Verdict's fields. extra: log, err and tol."""
 
     def __init__(self, status, reason, message, **extra):
         super().__init__(message)
         self.status, self.reason, self.message, self.extra = status, reason, message, extra
+
+    def result(self):
+        res = dict(status=self.status, reason=self.reason, message=self.message,
+                   log=trim_log(self.extra.get("log") or ""))
+        if "err" in self.extra:
+            res.update(max_err=self.extra["err"], tol=self.extra["tol"])
+        return res
 
 
 def median(xs):
@@ -88,7 +97,7 @@ def fresh_seed():
 def unusable(task, solution, parsed):
     """The verdict for a model response with no usable code (prompts.Parsed: its reason and
     error); it never reaches a worker."""
-    return Verdict(task, solution, "compile_error", parsed.reason, parsed.error)
+    return Verdict(task, solution, **Reject("compile_error", parsed.reason, parsed.error).result())
 
 
 # ----------------------------------------------------------------------------------------

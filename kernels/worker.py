@@ -21,7 +21,6 @@ import torch
 
 from . import correctness, gate, harness, sandbox
 from . import verdicts
-from .verdicts import trim_log
 
 
 def standby_main(conn, env, cores):
@@ -109,8 +108,8 @@ def child_main(kind, conn, job):
         if job.get("cuda_failed"):  # the GPU's fault, not the task's or the candidate's; out of
             # memory beside other workers is judged again alone (evaluator.py)
             err = job["cuda_failed"]
-            res = dict(status="runtime_error", reason="oom" if "out of memory" in err.lower() else "cuda_init",
-                       message=f"the worker could not start CUDA on its GPU: {err[:300]}")
+            res = verdicts.Reject("runtime_error", "oom" if "out of memory" in err.lower() else "cuda_init",
+                                  f"the worker could not start CUDA on its GPU: {err[:300]}").result()
         else:
             run = {"compile": harness.compile_job, "run": harness.run_job, "reference": harness.reference_job}[kind]
             if kind == "run" and job.get("confirm"):  # the second measurement; its module is imported
@@ -121,13 +120,12 @@ def child_main(kind, conn, job):
                 run = kernelbench.kernelbench_job
             res = run(job)
     except BaseException as e:
-        res = dict(status="runtime_error", reason="harness", message=f"{type(e).__name__}: {e}"[:300],
-                   log=trim_log(traceback.format_exc()))
+        res = verdicts.Reject("runtime_error", "harness", f"{type(e).__name__}: {e}"[:300],
+                              log=traceback.format_exc()).result()
     left = sandbox.reap() if job["cfg"]["sandbox"] else []  # every process the job started dies with it
     if left and res.get("status") in ("ok", "built"):
-        res = dict(status="runtime_error", reason="left_process",
-                   message=f"the candidate left {len(left)} process(es) running after its job: "
-                           + "; ".join(c[:80] for c in left[:3]))
+        res = verdicts.Reject("runtime_error", "left_process", f"the candidate left {len(left)} process(es) "
+                              "running after its job: " + "; ".join(c[:80] for c in left[:3])).result()
     try:
         _send(conn, res)
         sys.stdout.flush()
@@ -143,17 +141,18 @@ def cpu_limit(cfg, kind, cores=None):
     return cfg["cpu_seconds"] or timeout * len(cores or os.sched_getaffinity(0))
 
 
-def death(kind, code):
+def death(kind, code, log=""):
     """What a worker that exited without a result died of, from its exit code (the parent's
-    side; a limit of its control group, which says more, is looked at after this)."""
+    side; a limit of its control group, which says more, is looked at after this); log: the
+    end of its output."""
     doing = "importing" if kind == "compile" else "running"
     if code is None or code >= 0:
-        return dict(status="runtime_error", reason="exit",
-                    message=f"worker exited with code {code} (os._exit or a fatal error)")
+        return verdicts.Reject("runtime_error", "exit", f"worker exited with code {code} (os._exit or a fatal "
+                               "error)", log=log).result()
     name = signal.Signals(-code).name
     why = {"SIGKILL": " (out of memory?)", "SIGXCPU": " (its CPU-time limit, cpu_seconds)"}.get(name, "")
-    return dict(status="runtime_error", reason="cpu_time" if name == "SIGXCPU" else "crash",
-                message=f"worker died with {name}{why} while {doing} the candidate")
+    return verdicts.Reject("runtime_error", "cpu_time" if name == "SIGXCPU" else "crash",
+                           f"worker died with {name}{why} while {doing} the candidate", log=log).result()
 
 
 def _cpu_worker_setup(job):
