@@ -79,8 +79,9 @@ def all_gather(obj, world):
 
 def sharded(fn, items, rank, world):
     """fn(items[rank::world]) -> a list, one result per item, on each rank; every rank gets
-    every result back, in the items' order (the one way work is split over ranks)."""
-    mine = fn(items[rank::world]) if items[rank::world] else []
+    every result back, in the items' order (the one way work is split over ranks). fn runs on
+    every rank, with no items too: it may hold collectives (sampling from an FSDP model)."""
+    mine = fn(items[rank::world])
     out = [None] * len(items)
     for r, part in enumerate(all_gather(list(mine), world)):
         out[r::world] = part

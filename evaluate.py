@@ -235,9 +235,10 @@ def write_audit(rows, stem):
 
 def sample_pairs(cfg, tasks, language, checkpoint):
     """Model mode: k samples per task from one checkpoint ("" or "base": --model, and with
-    no --model the tiny built-in model, untrained) -> ([(Task, Solution)], [Verdict for
-    unusable responses], [sample records]). With --exemplars_db (a crl.py db.jsonl) the
-    prompts show exemplars from it, bucket-sampled as in Stage 3."""
+    no --model the tiny built-in model, untrained) -> per task, as plain data a rank can
+    send: dict(pairs=[(task name, code, solution name)], failed=[unusable responses' Verdict
+    dicts], samples=[sample records]). With --exemplars_db (a crl.py db.jsonl) the prompts
+    show exemplars from it, bucket-sampled as in Stage 3."""
     model, tok = policy.load(cfg, checkpoint if checkpoint not in ("", "base") else None)
     db = exemplars.Database(cfg["exemplars_db"], repair=False) if cfg["exemplars_db"] else None
     rng = random.Random(cfg["seed"])
@@ -249,18 +250,20 @@ def sample_pairs(cfg, tasks, language, checkpoint):
     outs = policy.generate(model, tok, msgs, cfg, n=cfg["samples"], desc=f"sampling {checkpoint or 'base'}")
     print(f"{checkpoint or 'base model'}: sampled {cfg['samples']} x {len(tasks)} in {time.time() - t0:.0f} s")
     del model
-    pairs, failed, samples = [], [], []
+    out = []
     for task, group in zip(tasks, outs):
+        d = dict(pairs=[], failed=[], samples=[])
         for j, s in enumerate(group):
             name = f"{checkpoint or 'base'}:{task.name}/sample{j}"
             p = prompts.parse_response(s.text)
-            samples.append(dict(checkpoint=checkpoint, task=task.name, sample=j, text=s.text,
-                                finished=s.finished, parse_error=p.error))
+            d["samples"].append(dict(checkpoint=checkpoint, task=task.name, sample=j, text=s.text,
+                                     finished=s.finished, parse_error=p.error))
             if p.code is None:
-                failed.append(kernels.unusable(task.name, name, p))
+                d["failed"].append(kernels.unusable(task.name, name, p).to_dict())
             else:
-                pairs.append((task, taskset.Solution(p.code, name)))
-    return pairs, failed, samples
+                d["pairs"].append((task.name, p.code, name))
+        out.append(d)
+    return out
 
 
 def model_mode(cfg, tasks, ev, rank, world):
@@ -272,9 +275,7 @@ def model_mode(cfg, tasks, ev, rank, world):
     by_name = {t.name: t for t in tasks}
     verdicts, summary, samples = [], {}, []
     for ck in cfg["checkpoint"].split(",") if cfg["checkpoint"] else [""]:
-        pairs, failed, smp = sample_pairs(cfg, tasks[rank::world], ev.language, ck.strip())
-        parts = common.all_gather(dict(pairs=[(t.name, s.code, s.name) for t, s in pairs],
-                                       failed=[v.to_dict() for v in failed], samples=smp), world)
+        parts = common.sharded(lambda mine: sample_pairs(cfg, mine, ev.language, ck.strip()), tasks, rank, world)
         pairs = [(by_name[t], taskset.Solution(c, n)) for p in parts for t, c, n in p["pairs"]]
         failed = [kernels.Verdict(**d) for p in parts for d in p["failed"]]
         judge = functools.partial(ev.evaluate, desc=f"judging {ck or 'base'}")

@@ -30,28 +30,32 @@ import taskset
 def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1):
     """Sample (smp: a sampler.Sampler of the model in training) and judge one round
     -> (successes, success rate). Under torchrun each rank samples and judges every
-    world-th task; every rank gets all successes back."""
-    tasks = tasks[rank::world]
-    msgs = [prompts.task_prompt(t.code, ev.language) for t in tasks]
+    world-th task (common.sharded); every rank gets all rows and successes back."""
     t0 = time.time()
-    outs = policy.generate(smp, tok, msgs, cfg, n=cfg["st_samples"], desc=f"round {rnd} sampling",
-                           progress=cfg["progress"] and rank == 0)
-    flat = [(t, s) for t, group in zip(tasks, outs) for s in group]
-    t1 = time.time()
-    judged = ev.evaluate_responses([(t, s.text) for t, s in flat], prompts.parse_response,
-                                   f"round {rnd} judging")
-    succ, seen, rows = [], set(), []
-    for (task, s), (p, v) in zip(flat, judged):
-        rows.append(dict(stage="selftrain", round=rnd, task=task.name, status=v.status, reason=v.reason,
-                         source_hash=v.source_hash, message=v.message, finished=s.finished, text=s.text))
-        if v.ok and (task.name, v.source_hash) not in seen:
-            seen.add((task.name, v.source_hash))
-            succ.append(dict(task=task.name, task_code=task.code, source_hash=v.source_hash, round=rnd,
-                             prompt=msgs[tasks.index(task)], prompt_ids=s.prompt_ids, completion_ids=s.ids,
-                             completion=s.text, code=p.code))
-    if world > 1:  # every rank's rows and successes, in rank order
-        parts = common.all_gather((rows, succ), world)
-        rows, succ = [r for p in parts for r in p[0]], [s for p in parts for s in p[1]]
+    t1 = [t0]
+
+    def sample_and_judge(mine):  # this rank's tasks -> per task (sample rows, distinct successes)
+        msgs = [prompts.task_prompt(t.code, ev.language) for t in mine]
+        outs = policy.generate(smp, tok, msgs, cfg, n=cfg["st_samples"], desc=f"round {rnd} sampling",
+                               progress=cfg["progress"] and rank == 0)
+        flat = [(t, s, m) for t, group, m in zip(mine, outs, msgs) for s in group]
+        t1[0] = time.time()
+        judged = ev.evaluate_responses([(t, s.text) for t, s, _ in flat], prompts.parse_response,
+                                       f"round {rnd} judging")
+        per_task, seen = {t.name: ([], []) for t in mine}, set()
+        for (task, s, msg), (p, v) in zip(flat, judged):
+            rows, succ = per_task[task.name]
+            rows.append(dict(stage="selftrain", round=rnd, task=task.name, status=v.status, reason=v.reason,
+                             source_hash=v.source_hash, message=v.message, finished=s.finished, text=s.text))
+            if v.ok and (task.name, v.source_hash) not in seen:
+                seen.add((task.name, v.source_hash))
+                succ.append(dict(task=task.name, task_code=task.code, source_hash=v.source_hash, round=rnd,
+                                 prompt=msg, prompt_ids=s.prompt_ids, completion_ids=s.ids,
+                                 completion=s.text, code=p.code))
+        return [per_task[t.name] for t in mine]
+    per_task = common.sharded(sample_and_judge, tasks, rank, world)
+    rows, succ = [r for rs, _ in per_task for r in rs], [s for _, ss in per_task for s in ss]
+    t1 = t1[0]
     ok = sum(r["status"] == "ok" for r in rows)
     rate = ok / max(1, len(rows))
     if rank == 0:
