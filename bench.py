@@ -3,6 +3,7 @@
     python bench.py --what=throughput          # seeds of this language, cold then warm cache
     python bench.py --what=stability           # the same candidates in two separate runs
     python bench.py --what=all --backend=cuda --solutions=tasks/seeds/cuda
+    python bench.py --what=throughput --backend=cuda --solutions=release_sample.jsonl  # KernelBench's format
     python bench.py --what=gpus --backend=cuda  # evaluator throughput on 1 GPU vs all GPUs
     python bench.py --what=sandbox             # what the sandbox costs: runs with and without it
     python bench.py --what=load --backend=cpu  # the seeds quiet, then with one core kept busy
@@ -90,8 +91,12 @@ class ModelNew(nn.Module):
 
 
 def seed_pairs(cfg, language):
+    """The candidates benchmarked: the built-in seeds of this language, or --solutions (our
+    format, or records that bring their own tasks, such as a sample of the CUDA-L1 release in
+    KernelBench's load_inline format)."""
     sols = taskset.load_solutions(cfg["solutions"] or os.path.join(taskset.BUILTIN_TASKS, "seeds", language))
-    return taskset.pair_up(taskset.load_tasks(cfg["tasks"]), sols, cfg["only"], language).pairs
+    tasks = [] if taskset.brings_own_tasks(cfg["tasks"], sols) else taskset.load_tasks(cfg["tasks"])
+    return taskset.pair_up(tasks, sols, cfg["only"], language).pairs
 
 
 def pct(xs, q):

@@ -436,8 +436,7 @@ def run(cfg):
         elif cfg["samples"]:
             verdicts, summary, samples = model_mode(cfg, tasks, ev, rank, world)
         else:
-            # with --tasks left at its default, solutions carrying ref_code bring their own tasks
-            own = cfg["tasks"] == "builtin" and any(s.ref_code for s in solutions)
+            own = taskset.brings_own_tasks(cfg["tasks"], solutions)
             p = taskset.pair_up([] if own else all_tasks, solutions, cfg["only"], ev.language)
             if p.unmatched:
                 print(f"{len(p.unmatched)} solution(s) match no task, skipped (e.g. {shown(p.unmatched[0].name)})")

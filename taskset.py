@@ -279,6 +279,13 @@ class Pairing:
     other_language: list  # [(Task, Solution)] written in another kernel language, left out
 
 
+def brings_own_tasks(spec, solutions):
+    """True when --tasks (spec) is left at builtin and the solutions carry their own reference
+    code (the CUDA-L1 release): each then brings its own task instead of being matched to the
+    built-in ones (evaluate.py, bench.py)."""
+    return spec == "builtin" and any(s.ref_code for s in solutions)
+
+
 def pair_up(tasks, solutions, only="", language=None):
     """The step between loading and judging: match solutions to tasks, keep the tasks
     `only` names (checked after matching, since solutions with a ref_code bring tasks of

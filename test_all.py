@@ -1089,6 +1089,18 @@ def test_load_inline_solution(cache, tasks, backend):
     assert v.kernel_calls > 0
 
 
+def test_bench_takes_release_records_that_bring_their_own_tasks(tmp_path, tasks):
+    """bench.py --solutions with records in the CUDA-L1 release's layout (each with its own
+    reference code) benchmarks them on their own tasks, as evaluate.py judges them."""
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
+    path = tmp_path / "release.jsonl"
+    path.write_text(json.dumps(dict(level_id=1, task_id=19, ref_code=tasks["gelu"].code, custom_code=seed)) + "\n")
+    cfg = config.parse([f"--solutions={path}"])
+    [(task, sol)] = bench.seed_pairs(cfg, "cpp")
+    assert task.code == tasks["gelu"].code and sol.code == seed
+    assert bench.seed_pairs(config.parse([f"--solutions={path}"]), "cuda") == []  # another language
+
+
 def test_bench_commands_print_their_tables(cache, tmp_path):
     """The README's bench.py commands (throughput, stability, sandbox) on one CPU task's two
     seeds with short timing: each prints its table and writes its JSON; every seed is ok."""
