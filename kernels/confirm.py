@@ -28,19 +28,6 @@ def _ms():
     return _NOW(_RAW) / 1e6
 
 
-def _agrees(out, ref, tol):
-    """out equals the reference's output ref within tol (relative, as correctness.rel_err)."""
-    if isinstance(ref, (list, tuple)):
-        return isinstance(out, (list, tuple)) and len(out) == len(ref) and all(map(_agrees, out, ref, [tol] * len(ref)))
-    if not isinstance(ref, torch.Tensor):
-        return out == ref
-    if type(out) is not torch.Tensor or out.shape != ref.shape or out.dtype != ref.dtype or out.device != ref.device:
-        return False
-    if not ref.dtype.is_floating_point:
-        return torch.equal(out, ref)
-    return correctness.rel_err(out, ref) <= tol
-
-
 def measure(h, ref, new, tol):
     """-> (reference ms, candidate ms, spread): medians of per-call times less the timer's
     own cost; spread is the relative range of the speedups of the first, middle and last
@@ -78,7 +65,7 @@ def measure(h, ref, new, tol):
         xs = h.inputs()  # new values every pair; the candidate sees them first
         out, ms = candidate(xs)
         r, rms = reference(xs)
-        if not _agrees(out, r, tol):
+        if not correctness.agrees(out, r, tol):
             raise Reject("incorrect", "mismatch", "its output differs from the reference's in the second "
                          f"measurement (a fresh worker, pair {len(tn) + 1})")
         tn.append(max(ms - idle, 1e-4))

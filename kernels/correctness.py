@@ -205,6 +205,20 @@ def compare(out, ref32, ref64, allow_lowp, where):
     return err, tol
 
 
+def agrees(out, ref, tol):
+    """out equals the reference's output ref within tol (relative, as rel_err): the quick
+    comparison of the timers' spot checks, against the task's own dtype."""
+    if isinstance(ref, (list, tuple)):
+        return isinstance(out, (list, tuple)) and len(out) == len(ref) and all(map(agrees, out, ref, [tol] * len(ref)))
+    if not isinstance(ref, torch.Tensor):
+        return out == ref
+    if type(out) is not torch.Tensor or out.shape != ref.shape or out.dtype != ref.dtype or out.device != ref.device:
+        return False
+    if not ref.dtype.is_floating_point:
+        return torch.equal(out, ref)
+    return rel_err(out, ref) <= tol
+
+
 def fingerprint(out):
     """A cheap identity of an output's values, to spot results replayed from a cache."""
     ts = tensors(out)

@@ -131,6 +131,7 @@ class Harness:
         self.call_limit, self.in_call, self.called = None, False, False
         self.left = []  # the candidate's threads still running when its last forward returned
         self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
+        self.spots = ([], 0)  # timed calls kept for the spot check (timing.py), of how many
         # The same for reference and candidate alike: PyTorch's own defaults (cuDNN convolutions
         # in TF32 on Ampere and later, matmuls in full fp32), the reference as its users run it
         # and as KernelBench and CUDA-L1 time it; TF32 everywhere with allow_lowp, nowhere with
@@ -533,6 +534,7 @@ def run_job(job):
                     t3 = h.clock()
                     h.gate.release()
                 t4 = h.clock()
+                timing.spot_check(h, ref)
                 checks.check_after_timing(h, ref, new, ref64)
                 res = dict(status="ok", speedup=ref_ms / new_ms, ref_ms=ref_ms, new_ms=new_ms, spread=spread,
                            message="; ".join(h.notes))

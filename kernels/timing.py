@@ -6,7 +6,8 @@ call, a device-wide synchronize before the end mark, a pool of fresh input sets,
 interleaved in random order, the median of each round, more rounds while the rounds'
 speedups disagree, and a longer re-measure for implausible speedups. On a GPU the worker
 has it alone while it times (gate.py); on the CPU a round during which other processes used
-its cores is measured again, then kept and flagged (LoadProbe).
+its cores is measured again, then kept and flagged (LoadProbe). A few of the candidate's
+timed calls, drawn at random, are checked against the reference afterwards (spot_check).
 """
 import contextlib
 import os
@@ -15,13 +16,15 @@ import time
 
 import torch
 
-from .verdicts import fresh_seed, median
+from . import correctness
+from .verdicts import Reject, fresh_seed, median
 from .correctness import tensors
 
 
 # A CPU round during which other processes used more than this many cores' worth of the
 # timing worker's cores is measured again, up to RETRIES times, then kept and flagged.
 LOAD_LIMIT, RETRIES = 0.25, 3
+SPOT_CHECKS = 3  # timed calls of the candidate whose outputs are checked afterwards (run_timing)
 # captured before any candidate runs
 _PROCESS_TIME, _MONOTONIC, _SLEEP = time.process_time, time.monotonic, time.sleep
 
@@ -90,11 +93,39 @@ def run_timing(h, ref, new):
     if h.cuda:
         ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     step = [0]
+    rng = random.Random(fresh_seed())  # an order, and spot checks, the candidate cannot know ahead
+    # Spot checks: a few of the candidate's timed calls, drawn at random as they happen (a
+    # reservoir), keep their inputs and output; after the timing the reference runs on those
+    # inputs and must agree (spot_check). A candidate that tells the timing from the checks
+    # (by the rhythm of its calls, say, or the cores a GPU worker times on) and answers
+    # wrongly while timed is caught: always if it does so in every timed call, with
+    # probability 1 - (1 - p)^k in a fraction p of them (k = SPOT_CHECKS); the second timer
+    # covers large speedups. The buffers are made at the first call (the warm-up) and then
+    # refilled in place: nothing is allocated between timed calls.
+    slots, seen = [], [0]  # slots: [inputs, outputs, the call kept there (0: none yet)]
+    k_spot = SPOT_CHECKS if (SPOT_CHECKS + 1) * set_bytes < budget else 1
+
+    def keep(xs, out):
+        seen[0] += 1
+        outs = [out] if isinstance(out, torch.Tensor) else tensors(out)
+        if not slots:
+            slots.extend([[x.clone() if isinstance(x, torch.Tensor) else x for x in xs], [t.clone() for t in outs], 0]
+                         for _ in range(k_spot))
+        j = seen[0] - 1 if seen[0] <= k_spot else rng.randrange(seen[0])
+        if j < k_spot:
+            kept_in, kept_out, _ = slots[j]
+            for a, b in zip(kept_in + kept_out, list(xs) + outs):
+                if isinstance(a, torch.Tensor):
+                    a.copy_(b)
+            slots[j][2] = seen[0]
 
     def timed(fn):
         i = step[0] % len(pool)
         step[0] += 1
-        ms = _timed(fn, pool[i])
+        ms, out = _timed(fn, pool[i])
+        if fn is new:
+            keep(pool[i], out)
+        del out
         # the set just used gets new values, untimed, from the task's own get_inputs (its
         # distribution, its structure), written into its fenced buffers: no input set is
         # timed twice, so a cache keyed on a sample of the values never pays (one keyed on
@@ -111,16 +142,14 @@ def run_timing(h, ref, new):
                 contextlib.nullcontext() if fn is ref_fn else h.calling():
             if h.cuda:
                 ev0.record()
-                fn(*xs)
+                out = fn(*xs)
                 h.sync()  # all streams of the device, not just the current one
                 ev1.record()
                 ev1.synchronize()
-                return ev0.elapsed_time(ev1)
+                return ev0.elapsed_time(ev1), out
             t0 = h.clock()
-            fn(*xs)
-            return (h.clock() - t0) * 1e3
-
-    rng = random.Random(fresh_seed())  # an order the candidate cannot know ahead
+            out = fn(*xs)
+            return (h.clock() - t0) * 1e3, out
 
     probe = h.load_probe() if h.load_probe else None  # LoadProbe on the CPU
     disturbed = []  # the other processes' load (cores' worth) of each round kept despite it
@@ -199,4 +228,22 @@ def run_timing(h, ref, new):
                        f"own in {len(disturbed)} round(s), the first measured {RETRIES + 1} times; the speedup may be off")
     h.check_forward(new, "timing")
     h.integrity("timing")
+    h.spots = ([s for s in slots if s[2]], seen[0])
     return median(rr), median(rn), _spread(speedups(rr, rn))
+
+
+def spot_check(h, ref):
+    """After run_timing (the GPU no longer held): the reference on each kept timed call's
+    inputs must agree with what the candidate returned there, within twice its checked
+    tolerance in the task's own dtype (as the second timer holds it). Raises Reject
+    (timed_output)."""
+    spots, calls = h.spots
+    for xs, outs, n in spots:
+        with h.reference_flags():
+            r = ref(*xs)
+        h.sync()
+        r = [r] if isinstance(r, torch.Tensor) else tensors(r)
+        if not correctness.agrees(outs, r, 2 * (h.tol or 0)):
+            raise Reject("rejected", "timed_output", f"its output in timed call {n} of {calls} differs from the "
+                         "reference's on the same inputs, while its checked outputs agreed: it computes "
+                         "differently while it is timed")
