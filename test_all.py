@@ -1089,6 +1089,18 @@ def test_load_inline_solution(cache, tasks, backend):
     assert v.kernel_calls > 0
 
 
+def test_kernelbench_verdict_is_not_asked_of_what_never_built_or_attacked_the_evaluator():
+    """KernelBench's judgement runs a candidate again: not one that never built, nor one caught
+    reaching for the evaluator (a result it forged there would read as KernelBench's)."""
+    want = lambda status, reason: kernels.Evaluator._kernelbench(None, dict(kernelbench=True),
+                                                                dict(status=status, reason=reason))
+    assert want("compile_error", "build_failed")["status"] == "compile_error"
+    assert all(want("rejected", r) == dict(status="not_run", reason=r, speedup=0.0)
+               for r in ("static_check", "library_symbols", "protocol"))
+    assert want("rejected", "input_mutated") is None and want("ok", "") is None  # run: a job judges them
+    assert kernels.Evaluator._kernelbench(None, {}, dict(status="ok", reason="")) == {}  # not asked for
+
+
 def test_bench_takes_release_records_that_bring_their_own_tasks(tmp_path, tasks):
     """bench.py --solutions with records in the CUDA-L1 release's layout (each with its own
     reference code) benchmarks them on their own tasks, as evaluate.py judges them."""

@@ -300,11 +300,12 @@ class Evaluator:
 
     def _kernelbench(self, item, res):
         """KernelBench's verdict for an item whose own is `res`: {} when not wanted; without a
-        worker where the candidate never built (KernelBench would not build it either); else
-        None: a job must run it (kernelbench.py)."""
+        worker where the candidate never built (KernelBench would not build it either) or was
+        caught reaching for the evaluator (it would only do so again, and a result it forged
+        there would read as KernelBench's); else None: a job must run it (kernelbench.py)."""
         if not item.get("kernelbench"):
             return {}
-        if res["status"] == "compile_error" or res.get("reason") == "static_check":
+        if res["status"] == "compile_error" or res.get("reason") in ("static_check", "library_symbols", "protocol"):
             return dict(status=res["status"] if res["status"] == "compile_error" else "not_run",
                         reason=res["reason"], speedup=0.0)
         return None
