@@ -11,7 +11,7 @@ import tempfile
 import config
 import taskset
 
-from . import gate, sandbox, static
+from . import gate, limits, sandbox, static
 from .builds import cache_root
 from .verdicts import Reject, Verdict, unusable
 
@@ -110,7 +110,7 @@ class Evaluator:
         self._standby = {}  # slot -> a run worker with its CUDA context up, waiting for a job
         self._exiting = []  # (worker that sent its result, when to kill it if it has not exited)
         self.trace = []  # the GPU gate's state changes (gate.Running.trace), for bench.py
-        self._groups = []  # (a job's sandbox.JobGroup, its worker): the group is removed once it exits
+        self._groups = []  # (a job's limits.JobGroup, its worker): the group is removed once it exits
         self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._clean_stale()
 
@@ -118,7 +118,7 @@ class Evaluator:
         """Leftovers of killed builds: temporary build folders and torch extension locks
         older than the compile timeout; control groups of evaluators that died."""
         import time
-        sandbox.clean_groups()
+        limits.clean_groups()
         old = time.time() - self.cfg["compile_timeout"]
         for root, dirs, files in os.walk(self.cache):
             for name in dirs + files:
@@ -186,7 +186,7 @@ class Evaluator:
         timeout = self.cfg["compile_timeout"] if kind == "compile" else self.cfg["run_timeout"]
         # the job's limits, whatever it starts included: processes, memory, CPU time
         self._jobs += 1
-        group = sandbox.JobGroup(f"{self._jobs}-{kind}", self.cfg["max_processes"], self.memory,
+        group = limits.JobGroup(f"{self._jobs}-{kind}", self.cfg["max_processes"], self.memory,
                                  self.worker.cpu_limit(self.cfg, kind, job.get("cores"))) \
             if self.cfg["sandbox"] else None
         job = dict(job, env=env, cgroups=group.dirs if group else {}, kernelbench=bool(item.get("kb_job")),
@@ -473,11 +473,11 @@ class Evaluator:
                 # deadline of a worker that runs
                 for g in range(len(self.gpus)) if self.device == "cuda" else ():
                     gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g])
-                for r in active:  # over a limit the evaluator watches (sandbox.JobGroup): stopped now
+                for r in active:  # over a limit the evaluator watches (limits.JobGroup): stopped now
                     if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):
                         r.deadline = r.job_deadline = gate.now()
                 wake = [r.deadline for r in active if not r.held] + \
-                    [gate.now() + sandbox.WATCH_SECONDS for r in active if r.group]
+                    [gate.now() + limits.WATCH_SECONDS for r in active if r.group]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
                 ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active], timeout=wait)
                 for r in list(active):

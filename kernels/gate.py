@@ -182,7 +182,7 @@ class Running:
         self.job_deadline, self.call_limit, self.result = deadline, None, None
         self.gpu, self.state, self.since, self.stopped, self.held_since = gpu, "run", now(), False, None
         self.trace = None  # a list to append (time, GPU, worker pid, new state) to, or None
-        self.group = None  # its job's control group (sandbox.JobGroup), or None
+        self.group = None  # its job's control group (limits.JobGroup), or None
         self.host = None  # inside WorkerGate.host_only: "stop" (may be stopped anywhere), "run" (may go on)
         self.fd, self.buf = conn.fileno(), b""
         os.set_blocking(self.fd, False)

@@ -5,12 +5,9 @@ library only (workers and candidates import it).
 
     env = sandbox.minimal_env()          # what of this process's environment a worker keeps
     own = sandbox.program_cache(cache, source_hash)  # the part of the build cache a program writes
-    group = sandbox.JobGroup(name, pids=1024, memory=8 << 30, cpu=600.0)  # a job's limits (cgroup)
+    group = limits.JobGroup(name, pids=1024, memory=8 << 30, cpu=600.0)  # a job's limits (limits.py)
     got = sandbox.enter(workdir, [own], group.dirs)  # in the worker: limits joined, reaper,
                                                      # network off, writes confined
-    group.over_limit(worker_pid)         # the parent, while the job runs: CPU time (and the rest
-                                         # where no group enforces it)
-    group.verdict(); group.close()       # the parent, after the job: a limit it hit; remove it
     sandbox.confine([workdir, own, "/dev"])  # later: narrower still (never wider)
     left = sandbox.reap()                # every process the job left behind, killed -> commands
     sandbox.kill_tree(pid)               # from outside: a worker and everything it started
@@ -23,15 +20,18 @@ are confined with Landlock (Linux 5.13+); the worker is a child subreaper, so wh
 candidate starts, however it detaches (setsid, double fork), stays its descendant and is
 found and killed. The namespace and the Landlock domain belong to the worker's main thread
 and every thread or process it starts after entering, which is where candidate code runs.
-Each job also gets a control group of its own (cgroup v1 or v2, as root): a process count
-(threads included) and a memory limit the kernel enforces, and its CPU time summed over every
-process it starts, which the parent watches (and its process count and memory too, where no
-such group can be made: sandbox.WATCHED).
+Each job also gets limits of its own (limits.py: a control group, or the parent's watch,
+sandbox.WATCHED, where none can be made).
 """
 import ctypes
 import os
 import signal
 import time
+
+try:
+    from .limits import JobGroup, descendants, signal_all, write_value
+except ImportError:  # run as a file: probe()'s child
+    from limits import JobGroup, descendants, signal_all, write_value
 
 # what a worker's environment keeps: these names, and names with these prefixes
 KEEP = {"PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "LANG", "LANGUAGE", "TERM", "TZ", "CC", "CXX",
@@ -189,7 +189,7 @@ def enter(workdir, writable=(), groups=None, hidden=()):
     got = {}
     for d in set((groups or {}).values()):  # first: joining writes outside the folders allowed below
         try:
-            _write(d, "cgroup.procs", os.getpid())
+            write_value(d, "cgroup.procs", os.getpid())
         except OSError as e:
             got["limits"] = f"joining {d}: {e}"
     got["processes"] = _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 or \
@@ -276,9 +276,9 @@ def _no_network():
     if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
         return f"unshare(CLONE_NEWNET): {why} (needs root); in a new user namespace: {os.strerror(ctypes.get_errno())}"
     try:  # the same user and group inside, so files and permissions look as before
-        _write("/proc/self", "setgroups", "deny")
-        _write("/proc/self", "uid_map", f"{uid} {uid} 1")
-        _write("/proc/self", "gid_map", f"{gid} {gid} 1")
+        write_value("/proc/self", "setgroups", "deny")
+        write_value("/proc/self", "uid_map", f"{uid} {uid} 1")
+        write_value("/proc/self", "gid_map", f"{gid} {gid} 1")
     except OSError:
         pass
     return True
@@ -302,39 +302,12 @@ def confine(writable):
         return False
 
 
-def descendants(pid):
-    """Every live process below pid, from /proc (parents before children)."""
-    children = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 def _cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return "?"
-
-
-def _signal_all(pids, sig):
-    for p in pids:
-        try:
-            os.kill(p, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def kill_tree(pid):
@@ -345,9 +318,9 @@ def kill_tree(pid):
         new = [p for p in [pid] + descendants(pid) if p not in seen]
         if not new:
             break
-        _signal_all(new, signal.SIGSTOP)
+        signal_all(new, signal.SIGSTOP)
         seen.update(new)
-    _signal_all(seen, signal.SIGKILL)
+    signal_all(seen, signal.SIGKILL)
 
 
 def reap():
@@ -357,7 +330,7 @@ def reap():
     pids = descendants(os.getpid())
     # an empty command line is a zombie: already dead, only waiting to be collected
     left = [c for c in (_cmdline(p) for p in pids) if c and "compile_worker" not in c]
-    _signal_all(pids, signal.SIGKILL)
+    signal_all(pids, signal.SIGKILL)
     while True:
         try:
             if os.waitpid(-1, os.WNOHANG) == (0, 0):
@@ -365,244 +338,6 @@ def reap():
         except ChildProcessError:
             break
     return left
-
-
-# ----------------------------------------------------------------------------------------
-# Limits per job: a control group of its own, where the machine lets this process make one
-
-GROUP_PREFIX = "cudal1-"  # + the evaluator's pid + the job: a group whose evaluator died is stale
-WATCH_SECONDS = 0.5  # how often the evaluator looks at what it watches (JobGroup.over_limit)
-_BASES = None
-
-
-def _write(d, name, value):
-    with open(os.path.join(d, name), "w") as f:
-        f.write(str(value))
-
-
-def _field(d, name, key):
-    """The number after `key` in a cgroup file of 'key value' lines (0 when missing)."""
-    try:
-        with open(os.path.join(d, name)) as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if k == key:
-                    return int(v)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def _cgroup_bases():
-    """{'pids' | 'memory' | 'cpu': the folder this process's job groups go in}: per controller
-    in a cgroup v1 hierarchy, else in the v2 (unified) one where it delegates the controller,
-    always below this process's own group (so the machine's accounting still covers jobs)."""
-    global _BASES
-    if _BASES is not None:
-        return _BASES
-    mounts, paths, _BASES = {}, {}, {}
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                fstype, _, opts = (right.split() + ["", "", ""])[:3]
-                for c in ([""] if fstype == "cgroup2" else opts.split(",") if fstype == "cgroup" else []):
-                    mounts.setdefault(c, left.split()[4])
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                _, ctrls, path = line.rstrip("\n").split(":", 2)
-                for c in ctrls.split(",") if ctrls else [""]:
-                    paths[c] = path.lstrip("/")
-    except (OSError, ValueError):
-        return _BASES
-    for want, v1 in (("pids", "pids"), ("memory", "memory"), ("cpu", "cpuacct")):
-        if v1 in mounts and v1 in paths:
-            d = os.path.join(mounts[v1], paths[v1])
-        elif "" in mounts and "" in paths:
-            d = os.path.join(mounts[""], paths[""])
-            if want != "cpu":  # v2 counts CPU time in every group (cpu.stat); the others need delegating
-                try:
-                    with open(os.path.join(d, "cgroup.subtree_control")) as f:
-                        if want not in f.read().split():
-                            _write(d, "cgroup.subtree_control", "+" + want)
-                except OSError:
-                    continue
-        else:
-            continue
-        if os.access(d, os.W_OK):
-            _BASES[want] = d
-    return _BASES
-
-
-def _members(d):
-    """The processes in one group folder (none where it cannot be read)."""
-    try:
-        with open(os.path.join(d, "cgroup.procs")) as f:
-            return [int(p) for p in f.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _remove_group(d, tries=1):
-    """Kill what is left in one group folder, then remove it -> True once it is gone (the
-    killed take a moment to exit: more tries wait for them, 10 ms apart)."""
-    for i in range(tries):
-        _signal_all(_members(d), signal.SIGKILL)
-        try:
-            os.rmdir(d)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError:
-            if i + 1 < tries:
-                time.sleep(0.01)
-    return False
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _per_process(pids, name, value):
-    """The sum over these processes of value(their /proc/<pid>/<name> file, open); one that is
-    gone or unreadable counts 0."""
-    total = 0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/{name}") as f:
-                total += value(f)
-        except (OSError, ValueError, IndexError, StopIteration):
-            pass
-    return total
-
-
-def _rss(pids):
-    """Host memory these processes hold, a page shared among them counted once per process
-    (bytes): an upper bound on _pss, read in O(1) per process (no walk of its memory map)."""
-    return _per_process(pids, "statm", lambda f: int(f.read().split()[1]) * _PAGE)
-
-
-def _pss(pids):
-    """Host memory these processes hold, each page shared among them counted once (bytes).
-    Walks each process's memory map (about 15 ms for one that imported torch)."""
-    return _per_process(pids, "smaps_rollup",
-                        lambda f: next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024)
-
-
-def _tasks(pids):
-    """Processes and threads these processes are (what a pids group counts)."""
-    # num_threads, field 20 of stat (after the command name, which may hold spaces and parentheses)
-    return _per_process(pids, "stat", lambda f: int(f.read().rpartition(")")[2].split()[17]))
-
-
-class JobGroup:
-    """One job's control groups (one folder per cgroup v1 hierarchy, one for v2): at most
-    `pids` processes and threads at once and `memory` bytes of host memory, both enforced by
-    the kernel, and its CPU time over all its processes, which the parent compares with
-    `cpu` seconds. dirs is {} where the machine allows none (no root, no cgroups). Where no
-    pids or memory group can be made (cgroup v2 delegates only what the group above enables,
-    and no memory controller to a group that holds processes), the parent watches the job's
-    processes and threads, and its memory, instead (over_limit)."""
-
-    def __init__(self, name, pids=0, memory=0, cpu=0.0):
-        self.name, self.pids, self.memory, self.cpu, self.dirs, self._next_look = name, pids, memory, cpu, {}, 0.0
-        self.hit = None  # a limit over_limit found the job over
-        for what, base in _cgroup_bases().items():
-            d = os.path.join(base, f"{GROUP_PREFIX}{os.getpid()}-{name}")
-            v2 = os.path.exists(os.path.join(base, "cgroup.controllers"))
-            try:
-                os.makedirs(d, exist_ok=True)
-                if what == "pids" and pids:
-                    _write(d, "pids.max", pids)
-                if what == "memory" and memory:
-                    _write(d, "memory.max" if v2 else "memory.limit_in_bytes", memory)
-                    try:  # and no swapping instead: over the limit is over the limit
-                        _write(d, "memory.swap.max", 0) if v2 else _write(d, "memory.memsw.limit_in_bytes", memory)
-                    except OSError:
-                        pass
-                self.dirs[what] = d
-            except OSError:
-                _remove_group(d)
-
-    def cpu_seconds(self):
-        """CPU time used so far by every process the job has had."""
-        d = self.dirs.get("cpu")
-        if d is None:
-            return 0.0
-        if os.path.exists(os.path.join(d, "cpu.stat")):
-            return _field(d, "cpu.stat", "usage_usec") / 1e6
-        try:
-            with open(os.path.join(d, "cpuacct.usage")) as f:
-                return int(f.read()) / 1e9
-        except (OSError, ValueError):
-            return 0.0
-
-    def over_limit(self, pid, memory=True):
-        """Whether the job went over a limit the evaluator watches (looked up at most twice a
-        second: it asks on every message its workers send): its CPU time, all its processes
-        together; where no group has the kernel enforce them, its processes and threads, and its
-        host memory (the proportional set size of its processes: pages they share with the
-        forkserver or with each other count once; read only where their resident size, an upper
-        bound read in O(1), is over: a look at 18 workers that imported torch costs a quarter of a
-        second of the scheduler's time, and of theirs). pid: the job's worker; memory=False while
-        it times on the GPU (reading its memory map holds its mmap lock, which could stall a timed
-        launch)."""
-        if time.monotonic() < self._next_look:
-            return False
-        self._next_look = time.monotonic() + WATCH_SECONDS
-        count = self.pids and "pids" not in self.dirs
-        weigh = memory and self.memory and "memory" not in self.dirs
-        if count or weigh:  # the job's processes: its group's members, else its worker's descendants
-            procs = next((m for m in map(_members, set(self.dirs.values())) if m), None) or [pid] + descendants(pid)
-            if count and _tasks(procs) > self.pids:
-                self.hit = "process_limit", (f"the candidate ran more than {self.pids} processes and threads at once "
-                                             f"(max_processes; watched twice a second) and was killed")
-                return True
-            # the exact measure only where the cheap bound says it could be over
-            if weigh and _rss(procs) > self.memory and _pss(procs) > self.memory:
-                self.hit = "memory_limit", (f"the job's processes held more than {self.memory / 2**30:.1f} GB of host "
-                                            f"memory (job_memory_gb; watched twice a second) and were killed")
-                return True
-        return bool(self.cpu and "cpu" in self.dirs and self.cpu_seconds() > self.cpu)
-
-    def verdict(self):
-        """(reason, message) for a limit the job ran into, or None."""
-        if self.hit:
-            return self.hit
-        d = self.dirs.get("pids")
-        if d and self.pids and _field(d, "pids.events", "max"):
-            return "process_limit", (f"the candidate tried to run more than {self.pids} processes and threads "
-                                     f"at once (max_processes); a process it asked for was refused")
-        d = self.dirs.get("memory")
-        if d and self.memory and (_field(d, "memory.events", "oom_kill") or _field(d, "memory.oom_control", "oom_kill")):
-            return "memory_limit", (f"the job used more than its {self.memory / 2**30:.1f} GB of host memory "
-                                    f"(job_memory_gb) and the kernel killed a process of it")
-        if self.cpu and self.cpu_seconds() > self.cpu:
-            return "cpu_time", (f"the job's processes used more than {self.cpu:g} s of CPU time together "
-                                f"(cpu_seconds) and were killed")
-        return None
-
-    def close(self, tries=1):
-        """Kill whatever is still in the groups and remove them -> True once all are gone."""
-        for what, d in list(self.dirs.items()):
-            if _remove_group(d, tries):  # (v2: one folder for all three, gone after the first)
-                del self.dirs[what]
-        return not self.dirs
-
-
-def clean_groups():
-    """Remove the job groups of evaluators that are gone (killed before they could)."""
-    for base in set(_cgroup_bases().values()):
-        try:
-            names = [n for n in os.listdir(base) if n.startswith(GROUP_PREFIX)]
-        except OSError:
-            continue
-        for n in names:
-            try:
-                os.kill(int(n[len(GROUP_PREFIX):].split("-")[0]), 0)
-            except ProcessLookupError:
-                _remove_group(os.path.join(base, n), tries=100)
-            except (ValueError, PermissionError):
-                pass
 
 
 def probe():
@@ -663,7 +398,7 @@ def _probe_child(work, outside, groups):
             time.sleep(30)
             os._exit(0)
         kids.append(pid)
-    _signal_all(kids, signal.SIGKILL)
+    signal_all(kids, signal.SIGKILL)
     for pid in kids:
         os.waitpid(pid, 0)
     got["process count"] = refused > 0 or f"{2 * PROBE_PIDS} processes started in a group of {PROBE_PIDS}"
