@@ -873,18 +873,29 @@ def test_a_shortcut_right_only_on_the_tasks_inputs_is_rejected(cache, tmp_path, 
 
 def test_secrets_of_the_processes_above_stay_out_of_reach(cache, tmp_path):
     """The evaluator's own environment (a key set before it started, so in its
-    /proc/<pid>/environ) is out of a candidate's reach (hacks/sandbox_ancestor_env.py), and a
-    secret that got out anyway is redacted reversed, in hex and base64 too."""
+    /proc/<pid>/environ), and that of processes started while the job runs (short ones
+    started here all along, with a key of their own), are out of a candidate's reach
+    (hacks/sandbox_ancestor_env.py); a secret that got out anyway is redacted reversed, in
+    hex and base64 too."""
     import base64
     if "private mounts" in sandbox.probe():
         pytest.skip(f"no private mounts here: {sandbox.probe()['private mounts']}")
+    later = "later-" + SECRET[::-1]  # in no evaluator's environment: nothing would redact it
     hack = os.path.join(HERE, "hacks", "sandbox_ancestor_env.py")
-    r = subprocess.run([sys.executable, "evaluate.py", "--tasks=tasks/gelu.py", f"--solutions={hack}",
-                        f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false", "--timing_rounds=2",
-                        "--static_check=false"],  # the layer under test: the mounts
-                       cwd=HERE, capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, ANCESTOR_TEST_API_KEY=SECRET))
-    assert r.returncode == 0 and re.search(r"sandbox_ancestor_env.py +ok ", r.stdout), r.stdout[-2000:] + r.stderr[-2000:]
+    proc = subprocess.Popen([sys.executable, "evaluate.py", "--tasks=tasks/gelu.py", f"--solutions={hack}",
+                             f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false", "--timing_rounds=2",
+                             "--static_check=false"],  # the layer under test: the mounts
+                            cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, ANCESTOR_TEST_API_KEY=SECRET))
+    # a process with a secret, always one started since the job began; where the machine
+    # gives no PID namespace, only those alive when the job began are covered (not tried)
+    later_too = "process view" not in sandbox.probe()
+    while proc.poll() is None and later_too:
+        subprocess.Popen(["sleep", "1"], env=dict(PATH=os.environ["PATH"], LATER_TEST_TOKEN=later))
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=300)
+    assert later not in out + err and later[::-1] not in out + err
+    assert proc.returncode == 0 and re.search(r"sandbox_ancestor_env.py +ok ", out), out[-2000:] + err[-2000:]
     sandbox._SECRETS = None  # SECRET is in this process's environment: redact() finds it
     for pre in ("", "x", "xy"):
         text = base64.b64encode((pre + SECRET + "!").encode()).decode()
@@ -1193,7 +1204,7 @@ def test_job_limits_are_watched_where_no_group_can_be_made(cache, tasks, monkeyp
 def test_without_root_the_network_is_cut_through_a_user_namespace():
     """The probe as an unprivileged user (nobody), where the kernel allows user namespaces:
     the network is cut all the same; only CUDA run workers, which have threads, go without.
-    No control groups: the process count and memory are watched, the CPU time is missing."""
+    No PID namespace. No control groups: the process count and memory are watched, the CPU time is missing."""
     python = "/usr/bin/python3"
     if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(python):
         pytest.skip("needs root, setpriv and a system python to become nobody")
@@ -1212,6 +1223,7 @@ def test_without_root_the_network_is_cut_through_a_user_namespace():
         pytest.skip(f"this kernel allows no unprivileged user namespace: {missing['network']}")
     assert "network" not in missing and "files" not in missing, missing
     assert "network, CUDA run workers" in missing and "job CPU time" in missing, missing
+    assert "process view" in missing, missing  # no PID namespace: /proc covered as the job starts
     assert "process count" not in missing and "job memory" not in missing, missing  # watched without groups
 
 

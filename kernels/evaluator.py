@@ -229,7 +229,8 @@ class Evaluator:
         g = self.slots[slot]
         env = dict(self.env, CUDA_VISIBLE_DEVICES=gate.physical_gpu(self.gpus[g]))
         parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(target=self.worker.standby_main, args=(child, env, self.check_cores[g]), daemon=True)
+        proc = self.ctx.Process(target=self.worker.standby_main,
+                                args=(child, env, self.check_cores[g], self.cfg["sandbox"]), daemon=True)
         proc.start()
         child.close()
         return proc, parent

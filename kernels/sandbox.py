@@ -41,8 +41,10 @@ KEEP_PREFIXES = ("CUDA", "NVIDIA_", "NVCC", "CUDNN", "KERNELS_", "CUDAL1_", "TOR
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _NR = dict(landlock_create_ruleset=444, landlock_add_rule=445, landlock_restrict_self=446)  # x86_64 and arm64
-PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, CLONE_NEWNET, CLONE_NEWUSER = 38, 36, 0x40000000, 0x10000000
-CLONE_NEWNS, MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x20000, 1, 2, 4, 4096, 16384, 1 << 18
+PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 38, 36, 1
+CLONE_NEWNET, CLONE_NEWUSER, CLONE_NEWPID = 0x40000000, 0x10000000, 0x20000000
+CLONE_NEWNS, MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = \
+    0x20000, 1, 2, 4, 8, 4096, 16384, 1 << 18
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2
 
 
@@ -179,6 +181,49 @@ def _landlock(writable, scope=True):
     return abi
 
 
+IN_PID_NAMESPACE = False  # set in the job process own_pid_namespace() made
+
+
+def own_pid_namespace():
+    """Run the rest of this worker in a PID namespace of its own, so its /proc (mounted
+    fresh by enter) shows no process but the job's: not the Evaluator, not a sibling, not a
+    process or thread started after the job began. Called first thing in a worker, before
+    CUDA starts and before any thread (a fork follows). Only a process's children enter a
+    new PID namespace, so this process forks twice and stays outside, as the worker the
+    Evaluator knows: the first child is the namespace's init (its death kills everything in
+    the namespace), the second returns from here and runs the job. This process waits for
+    the job and exits as it did (the same code, the same signal); a kill of this process
+    kills both (PR_SET_PDEATHSIG), and all three share its process group, which the GPU
+    gate stops and continues. -> True in the job, or why not (it needs root)."""
+    global IN_PID_NAMESPACE
+    os.setsid()
+    if _libc.unshare(CLONE_NEWPID) != 0:
+        return f"unshare(CLONE_NEWPID): {os.strerror(ctypes.get_errno())} (needs root)"
+    init = os.fork()
+    if init == 0:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        os.closerange(0, 1 << 16)
+        while True:  # signals from inside the namespace do not reach its init
+            signal.pause()
+    job = os.fork()
+    if job == 0:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        IN_PID_NAMESPACE = True
+        return True
+    os.closerange(3, 1 << 16)  # the job's pipes are the job's: its end of file is the Evaluator's sign
+    while True:
+        try:
+            _, status = os.waitpid(job, 0)
+            break
+        except InterruptedError:
+            continue
+    os.kill(init, signal.SIGKILL)
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
 def enter(workdir, writable=(), groups=None, hidden=()):
     """Box the calling worker: into its job's control groups (JobGroup.dirs), a child
     subreaper, no network, mounts of its own (a fresh /dev/shm; the folders in `hidden`
@@ -239,8 +284,9 @@ def _mask_processes():
 
 def _private_mounts(hidden, keep):
     """A mount namespace of this thread's own (every process it starts shares it): a fresh
-    /dev/shm, so whatever the job leaves there goes with it; every other process's /proc
-    folder covered (_mask_processes); each folder in `hidden` (the
+    /dev/shm, so whatever the job leaves there goes with it; a /proc of its PID namespace
+    (own_pid_namespace), or where it has none, every other process's /proc folder covered
+    (_mask_processes); each folder in `hidden` (the
     evaluator's job folders, other programs' builds, the forkserver's socket, saved results)
     covered by an empty one, with the folders in `keep` beneath them bound back.
     -> True, or why not (it needs root, or a user namespace: _no_network)."""
@@ -250,7 +296,10 @@ def _private_mounts(hidden, keep):
         _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host's view
         held = {k: os.open(k, os.O_PATH | os.O_CLOEXEC) for k in keep if os.path.isdir(k)}
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-        _mask_processes()
+        if IN_PID_NAMESPACE:  # a /proc of the job's own namespace: its processes and nothing else
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        else:
+            _mask_processes()
         for h in hidden:
             if os.path.isdir(h):
                 _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
@@ -386,7 +435,12 @@ WATCHED = []  # the job limits that hold here only because the evaluator watches
 def _probe_child(work, outside, groups):
     import json
     import socket
+    view = own_pid_namespace()
     got = enter(work, groups=json.loads(groups), hidden=[outside])
+    others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
+    got["process view"] = (view is True and not others) or (
+        f"{view}: only the processes alive when a job starts are out of its sight" if view is not True else
+        f"{len(others)} processes outside the job visible in its /proc")
     kids, refused = [], 0
     for _ in range(2 * PROBE_PIDS):  # more processes than the probe's group allows
         try:
@@ -410,8 +464,8 @@ def _probe_child(work, outside, groups):
             if e.errno != 101:  # ENETUNREACH: the empty namespace
                 got["network"] = f"connect gave {e} rather than network unreachable"
     if got["signals"] is True:
-        try:
-            os.kill(os.getppid(), 0)
+        try:  # outside the box: the parent, or (in a PID namespace, where it is out of sight) init
+            os.kill(os.getppid() or 1, 0)
             got["signals"] = "a signal to the process outside the box got through"
         except PermissionError:
             pass

@@ -23,9 +23,13 @@ from . import correctness, gate, harness, sandbox
 from . import verdicts
 
 
-def standby_main(conn, env, cores):
-    """A CUDA run worker started ahead of its job: context up, then wait for the job."""
-    os.setsid()
+def standby_main(conn, env, cores, box=True):
+    """A CUDA run worker started ahead of its job: context up, then wait for the job. box:
+    in a PID namespace of its own (before CUDA: a fork follows)."""
+    if box:
+        sandbox.own_pid_namespace()
+    else:
+        os.setsid()
     os.environ.update(env)
     if cores:
         os.sched_setaffinity(0, cores)
@@ -67,8 +71,11 @@ def _send(conn, obj):
 def child_main(kind, conn, job):
     """Entry of every worker process: a session of its own (so a kill takes its compilers
     too), output to a log file, then one job, its result sent back, and a hard exit."""
-    if os.getsid(0) != os.getpid():
-        os.setsid()
+    if not sandbox.IN_PID_NAMESPACE and os.getsid(0) != os.getpid():  # (a standby worker is set)
+        if job["cfg"]["sandbox"]:
+            sandbox.own_pid_namespace()  # setsid, then the job in a namespace of its own
+        else:
+            os.setsid()
     os.environ.pop("GLIBC_TUNABLES", None)  # this process's malloc is set; the compilers it starts get the default
     os.environ.update(job["env"])
     fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
