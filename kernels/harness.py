@@ -584,15 +584,38 @@ def reference_job(job):
 
 def compile_job(job):
     """In a worker without a GPU: import the candidate so that its builds (load_cuda,
-    load_cpp, load_inline at module level) land in the cache. Only build failures are
-    reported; anything else is left for the run phase to judge with a GPU."""
+    load_cpp, load_inline at module level) land in the cache, and where it builds through
+    torch's extension loader, construct it too (_construct_ahead). Only build failures at
+    import are reported; anything else is left for the run phase to judge with a GPU."""
     path = os.path.join(job["workdir"], "candidate.py")
     try:
         ast.parse(job["code"])
-        _import_code(job["code"], "kb_candidate_" + job["source_hash"], path)
+        mod = _import_code(job["code"], "kb_candidate_" + job["source_hash"], path)
     except BaseException as e:
         r = classify(e, "import")
         if r.status == "compile_error":
             r.extra["log"] = r.extra.get("log") or _candidate_traceback(e, path)
             return r.result()
+        return dict(status="built")
+    _construct_ahead(job, mod)
     return dict(status="built")
+
+
+def _construct_ahead(job, mod):
+    """Many published kernels call load_inline in ModelNew's constructor, so importing
+    builds nothing, and the nvcc run (tens of seconds with torch's headers) would fall to a
+    GPU worker. Such a candidate is constructed once here, on the host as the run phase
+    constructs it, so the build lands in its cache from a compile worker. Whatever happens
+    here is not a verdict (without a GPU a constructor may take another path, or fail): the
+    run phase constructs it again and judges that."""
+    cls = getattr(mod, "ModelNew", None)
+    if not isinstance(cls, type) or not re.search(r"cpp_extension|load_inline", job["code"]):
+        return
+    try:
+        task = _import_code(job["task_code"], "kb_task_" + job["task_hash"], os.path.join(job["workdir"], "task.py"))
+        f = getattr(task, "get_init_inputs", None)
+        init = list(f()) if f else []
+        with torch.no_grad():
+            cls(*init)
+    except BaseException:
+        pass
