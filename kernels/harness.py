@@ -117,6 +117,7 @@ class Harness:
         # flags, live threads, callables of the harness and torch, global module hooks;
         # ModelNew's forward and __call__, per instance (watch_forward).
         self.sol, self.flags0, self.threads0, self.snap, self.hooks0, self.fwd0 = None, {}, set(), {}, 0, {}
+        self.tids0 = set()
         # The global flags the candidate set (candidate_flags), and those in force now.
         self.own_flags, self.applied = {}, {}
         # What the verdict reports beyond its status: task flags, notes for the message,
@@ -362,6 +363,7 @@ class Harness:
         guards.track_thread_origins()
         self.flags0 = self.applied = guards.read_flags()
         self.threads0 = {t.ident for t in threading.enumerate()}
+        self.tids0 = set(os.listdir("/proc/self/task"))  # every thread, from compiled code too (timing.ThreadWatch)
         self.snap = guards.snapshot([
             ("torch", torch), ("torch.Tensor", torch.Tensor), ("TensorBase", torch._C.TensorBase),
             ("F", torch.nn.functional), ("torch.cuda", torch.cuda), ("Event", torch.cuda.Event),

@@ -12,6 +12,7 @@ timed calls, drawn at random, are checked against the reference afterwards (spot
 import contextlib
 import os
 import random
+import threading
 import time
 
 import torch
@@ -24,6 +25,9 @@ from .correctness import tensors
 # A CPU round during which other processes used more than this many cores' worth of the
 # timing worker's cores is measured again, up to RETRIES times, then kept and flagged.
 LOAD_LIMIT, RETRIES = 0.25, 3
+# Cores' worth of CPU that threads the candidate started outside threading may use while the
+# reference is timed (ThreadWatch); more is rejected/thread.
+THREAD_LIMIT = 0.25
 SPOT_CHECKS = 3  # timed calls of the candidate whose outputs are checked afterwards (run_timing)
 # captured before any candidate runs
 _PROCESS_TIME, _MONOTONIC, _SLEEP = time.process_time, time.monotonic, time.sleep
@@ -62,6 +66,48 @@ class LoadProbe:
         if busy is None or self.busy is None or wall <= 0:
             return None
         return max(0.0, (busy - self.busy) - (_PROCESS_TIME() - self.own)) / wall
+
+
+class ThreadWatch:
+    """The CPU time of threads the candidate started that threading does not list (from
+    compiled code, or through _thread): tids absent when the candidate loaded (tids0) and
+    not Python threads. Summed separately over the reference's timed calls and the
+    candidate's (schedstat: nanoseconds on a CPU). Costs nothing where there are none."""
+
+    def __init__(self, tids0):
+        self.tids0, self.tids = tids0, []
+        self.cpu, self.wall = [0.0, 0.0], [0.0, 0.0]  # [candidate, reference]
+
+    def refresh(self):
+        """Look again for such threads (at each round: one started mid-timing counts too)."""
+        try:
+            tids = os.listdir("/proc/self/task")
+        except OSError:
+            return
+        py = {str(t.native_id) for t in threading.enumerate()}
+        self.tids = [t for t in tids if t not in self.tids0 and t not in py]
+
+    def used(self):
+        total = 0
+        for t in self.tids:
+            try:
+                with open(f"/proc/self/task/{t}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass  # gone
+        return total / 1e9
+
+    def start(self):
+        return (self.used(), _MONOTONIC()) if self.tids else None
+
+    def stop(self, mark, is_ref):
+        if mark is not None:
+            self.cpu[is_ref] += self.used() - mark[0]
+            self.wall[is_ref] += _MONOTONIC() - mark[1]
+
+    def rates(self):
+        """-> (cores' worth they used while the reference was timed, while the candidate was)."""
+        return tuple(c / w if w > 0 else 0.0 for c, w in zip(self.cpu[::-1], self.wall[::-1]))
 
 
 def _spread(xs):
@@ -138,6 +184,7 @@ def run_timing(h, ref, new):
     def _timed(fn, xs):
         flush.zero_()
         h.sync()
+        mark = watch.start()
         with h.reference_flags() if fn is ref_fn else h.candidate_flags("timing"), \
                 contextlib.nullcontext() if fn is ref_fn else h.calling():
             if h.cuda:
@@ -146,11 +193,19 @@ def run_timing(h, ref, new):
                 h.sync()  # all streams of the device, not just the current one
                 ev1.record()
                 ev1.synchronize()
-                return ev0.elapsed_time(ev1), out
-            t0 = h.clock()
-            out = fn(*xs)
-            return (h.clock() - t0) * 1e3, out
+                ms = ev0.elapsed_time(ev1)
+            else:
+                t0 = h.clock()
+                out = fn(*xs)
+                ms = (h.clock() - t0) * 1e3
+        watch.stop(mark, fn is ref_fn)
+        return ms, out
 
+    # Threads the candidate started outside threading (compiled code, _thread): a thread that
+    # works while the reference is timed (a spinner on its cores, GPU work from beside it)
+    # slows the reference alone; the candidate's own pool working in its calls is its work
+    watch = ThreadWatch(h.tids0)
+    watch.refresh()
     probe = h.load_probe() if h.load_probe else None  # LoadProbe on the CPU
     disturbed = []  # the other processes' load (cores' worth) of each round kept despite it
 
@@ -161,6 +216,7 @@ def run_timing(h, ref, new):
         # has outlasted the retries, the later rounds are not retried (it is not passing).
         retries = 0 if disturbed else RETRIES
         for attempt in range(retries + 1):
+            watch.refresh()
             if probe:
                 probe.start()
             tr, tn = [], []
@@ -222,6 +278,10 @@ def run_timing(h, ref, new):
         rr, rn = [], []
         while len(rr) < rounds:
             one_round(2 * runs, rr, rn)
+    on_ref, on_new = watch.rates()
+    if on_ref > THREAD_LIMIT:
+        raise Reject("rejected", "thread", f"threads it started outside Python's threading ({len(watch.tids)}) "
+                     f"used {on_ref:.2f} cores while the reference was timed ({on_new:.2f} in its own timed calls)")
     if disturbed:
         h.flags.append("disturbed")
         h.notes.append(f"timed under load: other processes used {max(disturbed):.1f} cores' worth of its "
