@@ -63,6 +63,8 @@ class Evaluator:
         # seconds on a cold disk), not after; here, not at the top, so importing kernels stays cheap.
         self.ctx.set_forkserver_preload(["torch", "kernels.worker"])
         sandbox.start_forkserver()
+        # each worker in a PID namespace of its own where the probe found one whole
+        self.pid_namespace = self.cfg["sandbox"] and "process view" not in sandbox.probe()
         from . import worker
         self.worker = worker
         # task files size themselves by KERNELS_DEVICE (KERNELS_BACKEND: its older name)
@@ -168,6 +170,7 @@ class Evaluator:
         return dict(task_code=task.code, task_hash=task.hash, code=code, source_hash=src_hash,
                     reference_cache=self.reference_cache,
                     hidden=self.hidden + sandbox.forkserver_folder(),  # listed per job: others start later
+                    pid_namespace=self.pid_namespace,
                     device=self.device, language=self.language, cfg=self.cfg, workdir=workdir, env=env,
                     seed=int.from_bytes(os.urandom(3), "little"), task_name=task.name)
 
@@ -230,7 +233,7 @@ class Evaluator:
         env = dict(self.env, CUDA_VISIBLE_DEVICES=gate.physical_gpu(self.gpus[g]))
         parent, child = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(target=self.worker.standby_main,
-                                args=(child, env, self.check_cores[g], self.cfg["sandbox"]), daemon=True)
+                                args=(child, env, self.check_cores[g], self.pid_namespace), daemon=True)
         proc.start()
         child.close()
         return proc, parent

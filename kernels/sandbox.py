@@ -185,8 +185,8 @@ IN_PID_NAMESPACE = False  # set in the job process own_pid_namespace() made
 
 
 def own_pid_namespace():
-    """Run the rest of this worker in a PID namespace of its own, so its /proc (mounted
-    fresh by enter) shows no process but the job's: not the Evaluator, not a sibling, not a
+    """Run the rest of this worker in a PID namespace of its own, with a /proc of its own
+    (in a mount namespace of its own), which shows no process but the job's: not the Evaluator, not a sibling, not a
     process or thread started after the job began. Called first thing in a worker, before
     CUDA starts and before any thread (a fork follows). Only a process's children enter a
     new PID namespace, so this process forks twice and stays outside, as the worker the
@@ -194,7 +194,8 @@ def own_pid_namespace():
     the namespace), the second returns from here and runs the job. This process waits for
     the job and exits as it did (the same code, the same signal); a kill of this process
     kills both (PR_SET_PDEATHSIG), and all three share its process group, which the GPU
-    gate stops and continues. -> True in the job, or why not (it needs root)."""
+    gate stops and continues. -> True in the job, or why not (it needs root). The Evaluator
+    asks for it only where probe() found it whole ("process view")."""
     global IN_PID_NAMESPACE
     os.setsid()
     if _libc.unshare(CLONE_NEWPID) != 0:
@@ -209,6 +210,13 @@ def own_pid_namespace():
     if job == 0:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         IN_PID_NAMESPACE = True
+        try:  # its /proc at once: CUDA reads /proc/<getpid()>, which must be this process's
+            if _libc.unshare(CLONE_NEWNS) != 0:
+                raise OSError(ctypes.get_errno(), f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}")
+            _mount(None, "/", None, MS_REC | MS_PRIVATE)  # first: nothing mounted here reaches the host
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except OSError as e:
+            return f"a /proc of its own: {e}"
         return True
     os.closerange(3, 1 << 16)  # the job's pipes are the job's: its end of file is the Evaluator's sign
     while True:
@@ -296,9 +304,7 @@ def _private_mounts(hidden, keep):
         _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host's view
         held = {k: os.open(k, os.O_PATH | os.O_CLOEXEC) for k in keep if os.path.isdir(k)}
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-        if IN_PID_NAMESPACE:  # a /proc of the job's own namespace: its processes and nothing else
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        else:
+        if not IN_PID_NAMESPACE:  # (there /proc is the namespace's own: own_pid_namespace)
             _mask_processes()
         for h in hidden:
             if os.path.isdir(h):

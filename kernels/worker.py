@@ -25,7 +25,7 @@ from . import verdicts
 
 def standby_main(conn, env, cores, box=True):
     """A CUDA run worker started ahead of its job: context up, then wait for the job. box:
-    in a PID namespace of its own (before CUDA: a fork follows)."""
+    in a PID namespace of its own (before CUDA: a fork follows, and CUDA needs its /proc)."""
     if box:
         sandbox.own_pid_namespace()
     else:
@@ -72,7 +72,7 @@ def child_main(kind, conn, job):
     """Entry of every worker process: a session of its own (so a kill takes its compilers
     too), output to a log file, then one job, its result sent back, and a hard exit."""
     if not sandbox.IN_PID_NAMESPACE and os.getsid(0) != os.getpid():  # (a standby worker is set)
-        if job["cfg"]["sandbox"]:
+        if job.get("pid_namespace"):
             sandbox.own_pid_namespace()  # setsid, then the job in a namespace of its own
         else:
             os.setsid()
