@@ -493,6 +493,8 @@ class _TimedHarness:
         self.candidate_flags = lambda where: contextlib.nullcontext()
         self.check_forward = self.integrity = lambda *a: None
         self.flags, self.load_probe = [], None
+        from kernels import timing
+        self.tids0 = timing.thread_baseline()  # this process's threads are the harness's
 
     def clock(self):
         return self.t
@@ -1105,6 +1107,38 @@ def test_load_inline_solution(cache, tasks, backend):
     assert v.ok, f"{v.status}/{v.reason}: {v.message}\n{v.log}"
     assert v.kernel_calls > 0
     assert v.seconds["compile"] > 5 and v.seconds["check"] < v.seconds["compile"] / 2, v.seconds
+
+
+_FALLBACK = """
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        try:  # a build that fails, caught, as many published kernels do
+            self.ext = load_inline("broken_gelu", cpp_sources="torch::Tensor gelu(torch::Tensor x) { return x +; }",
+                                   functions=["gelu"])
+        except Exception as e:
+            print(f"falling back: {type(e).__name__}")
+            self.ext = None
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x)
+"""
+
+
+def test_a_failed_torch_build_is_paid_once(cache, tasks):
+    """A candidate that builds in its constructor, catches the failure and falls back to
+    PyTorch is judged on its fallback; the failing build runs once, in its compile job, and
+    is remembered in its program's part of the cache (guards.remember_failed_builds): the
+    run job's constructions fail at once with the same error."""
+    with make_eval(cache, "cpu") as ev:
+        [v] = ev.evaluate([(tasks["gelu"], _FALLBACK)])
+    assert v.ok, (v.status, v.reason, v.message)
+    assert v.seconds["compile"] > 3 and v.seconds["check"] < 3, v.seconds
 
 
 def test_kernelbench_verdict_is_not_asked_of_what_never_built_or_attacked_the_evaluator():

@@ -5,6 +5,7 @@ calls into compiled kernels counted. Helpers only: candidate code runs in harnes
 """
 import contextlib
 import os
+import re
 import sys
 import sysconfig
 import threading
@@ -137,6 +138,38 @@ class Counted:
             KERNEL_CALLS[0] += 1
             return v(*args, **kwargs)
         return counted
+
+
+TORCH_BUILDS = re.compile(r"cpp_extension|load_inline")  # a candidate that builds through torch's loader
+
+
+def remember_failed_builds(folder):
+    """A torch extension build (load_inline, load) that failed is remembered in `folder`
+    (the program's own part of the build cache, which only identical programs share): the
+    same call, with the same architectures, fails at once afterwards, with the same error.
+    The compiler is deterministic, and a failing nvcc run with torch's headers costs tens of
+    seconds, which published kernels that catch their failed build and fall back to PyTorch
+    would pay at every construction (check, second timer, KernelBench's verdict)."""
+    import hashlib
+    import torch.utils.cpp_extension as cx
+
+    def wrap(fn):
+        def build(*args, **kwargs):
+            key = repr((fn.__name__, args, sorted(kwargs.items()), os.environ.get("TORCH_CUDA_ARCH_LIST")))
+            memo = os.path.join(folder, f"failed-{hashlib.sha256(key.encode()).hexdigest()[:24]}.txt")
+            if os.path.exists(memo):
+                with open(memo) as f:
+                    raise RuntimeError(f.read())
+            try:
+                return fn(*args, **kwargs)
+            except RuntimeError as e:
+                if str(e).startswith("Error building extension"):
+                    os.makedirs(folder, exist_ok=True)
+                    with open(memo, "w") as f:
+                        f.write(str(e))
+                raise
+        return build
+    cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
 
 
 def count_torch_extensions(around=contextlib.nullcontext):

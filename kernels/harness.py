@@ -363,7 +363,7 @@ class Harness:
         guards.track_thread_origins()
         self.flags0 = self.applied = guards.read_flags()
         self.threads0 = {t.ident for t in threading.enumerate()}
-        self.tids0 = set(os.listdir("/proc/self/task"))  # every thread, from compiled code too (timing.ThreadWatch)
+        self.tids0 = timing.thread_baseline()  # every thread, from compiled code too
         self.snap = guards.snapshot([
             ("torch", torch), ("torch.Tensor", torch.Tensor), ("TensorBase", torch._C.TensorBase),
             ("F", torch.nn.functional), ("torch.cuda", torch.cuda), ("Event", torch.cuda.Event),
@@ -611,13 +611,20 @@ def _construct_ahead(job, mod):
     here is not a verdict (without a GPU a constructor may take another path, or fail): the
     run phase constructs it again and judges that."""
     cls = getattr(mod, "ModelNew", None)
-    if not isinstance(cls, type) or not re.search(r"cpp_extension|load_inline", job["code"]):
+    if not isinstance(cls, type) or not guards.TORCH_BUILDS.search(job["code"]):
         return
     try:
         task = _import_code(job["task_code"], "kb_task_" + job["task_hash"], os.path.join(job["workdir"], "task.py"))
         f = getattr(task, "get_init_inputs", None)
         init = list(f()) if f else []
-        with torch.no_grad():
-            cls(*init)
+        # many build only `if torch.cuda.is_available()`, which a compile worker (no GPU) is not
+        cuda = torch.cuda.is_available
+        if job["device"] == "cuda":
+            torch.cuda.is_available = lambda: True
+        try:
+            with torch.no_grad():
+                cls(*init)
+        finally:
+            torch.cuda.is_available = cuda
     except BaseException:
         pass

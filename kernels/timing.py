@@ -68,6 +68,14 @@ class LoadProbe:
         return max(0.0, (busy - self.busy) - (_PROCESS_TIME() - self.own)) / wall
 
 
+def thread_baseline():
+    """This process's threads (tids), torch's intra-op pool started first (a parallel op): a
+    reference that first goes parallel after the candidate loaded would otherwise have its
+    own pool's threads taken for the candidate's. Taken before the candidate loads."""
+    torch.ones(1 << 22).sum()
+    return set(os.listdir("/proc/self/task"))
+
+
 class ThreadWatch:
     """The CPU time of threads the candidate started that threading does not list (from
     compiled code, or through _thread): tids absent when the candidate loaded (tids0) and
