@@ -186,8 +186,8 @@ IN_PID_NAMESPACE = False  # set in the job process own_pid_namespace() made
 
 def own_pid_namespace():
     """Run the rest of this worker in a PID namespace of its own, with a /proc of its own
-    (in a mount namespace of its own), which shows no process but the job's: not the Evaluator, not a sibling, not a
-    process or thread started after the job began. Called first thing in a worker, before
+    (in a mount namespace of its own), which shows no process but the job's: not the
+    Evaluator, not a sibling, not a process or thread started after the job began. Called first thing in a worker, before
     CUDA starts and before any thread (a fork follows). Only a process's children enter a
     new PID namespace, so this process forks twice and stays outside, as the worker the
     Evaluator knows: the first child is the namespace's init (its death kills everything in
@@ -209,14 +209,14 @@ def own_pid_namespace():
     job = os.fork()
     if job == 0:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        IN_PID_NAMESPACE = True
         try:  # its /proc at once: CUDA reads /proc/<getpid()>, which must be this process's
             if _libc.unshare(CLONE_NEWNS) != 0:
                 raise OSError(ctypes.get_errno(), f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}")
             _mount(None, "/", None, MS_REC | MS_PRIVATE)  # first: nothing mounted here reaches the host
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        except OSError as e:
+        except OSError as e:  # enter() then covers every other process's folder in the host's /proc
             return f"a /proc of its own: {e}"
+        IN_PID_NAMESPACE = True
         return True
     os.closerange(3, 1 << 16)  # the job's pipes are the job's: its end of file is the Evaluator's sign
     while True:
