@@ -30,7 +30,7 @@ LOAD_LIMIT, RETRIES = 0.25, 3
 THREAD_LIMIT = 0.25
 SPOT_CHECKS = 3  # timed calls of the candidate whose outputs are checked afterwards (run_timing)
 # captured before any candidate runs
-_PROCESS_TIME, _MONOTONIC, _SLEEP = time.process_time, time.monotonic, time.sleep
+_PROCESS_TIME, _MONOTONIC, _SLEEP, _CLOCK = time.process_time, time.monotonic, time.sleep, time.clock_gettime
 
 
 class LoadProbe:
@@ -76,46 +76,61 @@ def thread_baseline():
     return set(os.listdir("/proc/self/task"))
 
 
+def _thread_clock(tid):
+    """The CPU-time clock of one thread of this process (Linux's per-thread clock id for a
+    tid): read in one system call, exact even while the thread runs on another core."""
+    return ((~int(tid)) << 3) | 6
+
+
 class ThreadWatch:
     """The CPU time of threads the candidate started that threading does not list (from
-    compiled code, or through _thread): tids absent when the candidate loaded (tids0) and
-    not Python threads. Summed separately over the reference's timed calls and the
-    candidate's (schedstat: nanoseconds on a CPU). Costs nothing where there are none."""
+    compiled code, or through _thread), summed separately over the reference's timed calls
+    and the candidate's. Over each timed call: this process's CPU time (every thread's, those
+    that ended during the call too) less that of the threads it knows: those alive when the
+    candidate loaded (tids0: the main thread, torch's pool, the driver's) and Python's threads
+    (judged by harness.candidate_threads). What is left is such threads' work, also one that
+    started and ended within the call, which a listing of threads never sees."""
 
     def __init__(self, tids0):
-        self.tids0, self.tids = tids0, []
+        self.tids0, self.tids, self.known = tids0, [], []
         self.cpu, self.wall = [0.0, 0.0], [0.0, 0.0]  # [candidate, reference]
 
     def refresh(self):
-        """Look again for such threads (at each round: one started mid-timing counts too)."""
+        """List the threads again (at each round): the known ones' clocks, and the count of
+        the others (for the message)."""
         try:
             tids = os.listdir("/proc/self/task")
         except OSError:
             return
         py = {str(t.native_id) for t in threading.enumerate()}
         self.tids = [t for t in tids if t not in self.tids0 and t not in py]
+        self.known = [_thread_clock(t) for t in tids if t in self.tids0 or t in py]
 
-    def used(self):
-        total = 0
-        for t in self.tids:
-            try:
-                with open(f"/proc/self/task/{t}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                pass  # gone
-        return total / 1e9
+    def _known(self):
+        try:
+            return sum(_CLOCK(c) for c in self.known)
+        except OSError:  # a known thread ended: this call is not counted, and the list renewed
+            return None
 
     def start(self):
-        return (self.used(), _MONOTONIC()) if self.tids else None
+        # The known threads first, then the process, at both ends: reading a running thread's
+        # clock brings its count in the process's total up to date (that total lags by up to a
+        # scheduler tick for threads running elsewhere, always so once RLIMIT_CPU is set)
+        k = self._known()
+        return k, _PROCESS_TIME(), _MONOTONIC()
 
     def stop(self, mark, is_ref):
-        if mark is not None:
-            self.cpu[is_ref] += self.used() - mark[0]
-            self.wall[is_ref] += _MONOTONIC() - mark[1]
+        k = self._known()
+        p, t = _PROCESS_TIME(), _MONOTONIC()
+        if k is None or mark[0] is None:
+            self.refresh()
+            return
+        self.cpu[is_ref] += (p - mark[1]) - (k - mark[0])  # summed raw: the reads' small errors cancel
+        self.wall[is_ref] += t - mark[2]
 
     def rates(self):
         """-> (cores' worth they used while the reference was timed, while the candidate was)."""
-        return tuple(c / w if w > 0 else 0.0 for c, w in zip(self.cpu[::-1], self.wall[::-1]))
+        return tuple(max(0.0, c) / w if w > 0 else 0.0 for c, w in zip(self.cpu[::-1], self.wall[::-1]))
 
 
 def _spread(xs):
@@ -288,7 +303,7 @@ def run_timing(h, ref, new):
             one_round(2 * runs, rr, rn)
     on_ref, on_new = watch.rates()
     if on_ref > THREAD_LIMIT:
-        raise Reject("rejected", "thread", f"threads it started outside Python's threading ({len(watch.tids)}) "
+        raise Reject("rejected", "thread", f"threads it started outside Python's threading ({len(watch.tids)} alive at the last look) "
                      f"used {on_ref:.2f} cores while the reference was timed ({on_new:.2f} in its own timed calls)")
     if disturbed:
         h.flags.append("disturbed")
