@@ -291,6 +291,49 @@ def gpu_scaling(cfg, pairs):
     return out
 
 
+# Dense bf16 peak (FLOP/s) and memory bandwidth (bytes/s) by the GPU's name, first match:
+# the vendors' data sheets (SXM parts; no sparsity)
+GPU_PEAKS = [("H200", 989e12, 4.8e12), ("H100 PCIe", 756e12, 2.0e12), ("H100", 989e12, 3.35e12),
+             ("A100", 312e12, 2.04e12)]
+
+
+def gpu_peaks():
+    """-> (bf16 FLOP/s, bytes/s) of GPU 0, or (None, None) where unknown."""
+    import torch
+    if not torch.cuda.is_available():
+        return None, None
+    name = torch.cuda.get_device_name(0)
+    return next(((f, b) for key, f, b in GPU_PEAKS if key in name), (None, None))
+
+
+def shape_of(model):
+    """-> (matmul weights N: every Linear, the LM head included, the embedding lookup not;
+    layers L; width d; KV heads x head dim) of a causal LM."""
+    import torch
+    n = sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return n, c.num_hidden_layers, c.hidden_size, c.num_key_value_heads * head_dim
+
+
+def update_flops(n, layers, d, lengths, epochs, lora, with_ref):
+    """Useful FLOPs of one GRPO update over sequences of these lengths (prompt + reply):
+    forward 2 N S + 2 L d S^2 (the matmuls, then causal attention's scores and values);
+    backward twice the forward for full training, once for LoRA (activation gradients
+    only: the frozen weights get none); each inner epoch; plus the reference's forward
+    when the KL term is on. Recomputation (checkpointing) is not counted."""
+    fwd = sum(2 * n * s + 2 * layers * d * s * s for s in lengths)
+    return epochs * (2 if lora else 3) * fwd + (fwd if with_ref else 0)
+
+
+def sampling_limit(n_params, layers, kv_dim, batch, prompt, new, bandwidth, nbytes=2):
+    """Memory-bound decode rate (tokens/s): every step reads all weights once and each
+    sequence's KV cache (keys and values, L layers, kv_dim wide), at its mean length over
+    the reply (prompt + new / 2)."""
+    step = (n_params * nbytes + batch * 2 * layers * kv_dim * (prompt + new / 2) * nbytes) / bandwidth
+    return batch / step
+
+
 def policy_bench(cfg):
     """The table of the module docstring; -> its rows."""
     import torch
@@ -309,8 +352,10 @@ def policy_bench(cfg):
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"\npolicy: {len(msgs)} prompts x {cfg['crl_samples']} samples x {cfg['max_new_tokens']} new tokens, "
         f"gen_batch {cfg['gen_batch']}, crl_micro_batch {cfg['crl_micro_batch']}, beta {cfg['beta']}, world {world}")
-    say(f"{'shape':6s} {'mode':5s} {'params':>7s} {'train':>7s} {'tok/s 1st':>9s} {'tok/s':>7s} {'GB sample':>9s} "
-        f"{'update s':>8s} {'GB update':>9s}")
+    flops_peak, bandwidth = gpu_peaks()
+    batches = [int(x) for x in str(cfg["bench_gen_batches"]).split(",") if x.strip()]
+    say(f"{'shape':6s} {'mode':5s} {'params':>7s} {'train':>7s} {'tok/s 1st':>9s} {'tok/s':>7s} {'limit':>7s} "
+        f"{'GB sample':>9s} {'update s':>8s} {'MFU':>5s} {'GB update':>9s}")
     for shape in [x.strip() for x in cfg["shapes"].split(",") if x.strip()]:
         for mode in [x.strip() for x in cfg["modes"].split(",") if x.strip()]:
             if (mode == "fsdp") != (world > 1):
@@ -335,6 +380,36 @@ def policy_bench(cfg):
                     sync()
                     row[key] = sum(len(s.ids) for g in outs for s in g) / (time.time() - t0)
                 row["gb_sample"] = peak()
+                # each decode step reads the sampler's bf16 copy of every weight (LoRA merged in)
+                # but an untied input embedding, of which it reads one row per sequence
+                lm = policy.unwrap(model)
+                emb, head = lm.get_input_embeddings().weight, lm.get_output_embeddings().weight
+                n_all = sum(p.numel() for k, p in lm.named_parameters() if "lora_" not in k) \
+                    - (0 if emb is head else emb.numel())
+                n_mm, layers, d, kv_dim = shape_of(lm)
+                mean = lambda xs: sum(xs) / max(1, len(xs))
+                prompt = mean([len(s.prompt_ids) for g in outs for s in g])
+                new_tok = mean([len(s.ids) for g in outs for s in g])
+                limit = lambda b: sampling_limit(n_all, layers, kv_dim, b, prompt, new_tok, bandwidth) if bandwidth else None
+                row["limit"] = limit(c["gen_batch"])
+                row["batches"] = {}
+                for b in batches:  # another batch size: as many samples per prompt as fill a batch
+                    smp = None  # its cache is sized for one batch size: a new sampler (the old freed first)
+                    if cuda:
+                        torch.cuda.empty_cache()
+                        torch.cuda.reset_peak_memory_stats()
+                    cb = dict(c, gen_batch=b)
+                    smp = sampler.Sampler(lm, cb)
+                    n = max(1, -(-b // len(msgs)))
+                    for _ in range(2):  # the first call captures this batch size's CUDA graphs
+                        sync()
+                        t0 = time.time()
+                        o = policy.generate(smp, tok, msgs, cb, n=n, progress=False)
+                        sync()
+                        rate = sum(len(s.ids) for g in o for s in g) / (time.time() - t0)
+                    row["batches"][b] = dict(tok_s=rate, limit=limit(b), gb=peak())
+                    del o
+                smp = None
                 if cuda:
                     torch.cuda.reset_peak_memory_stats()
                 ref = policy.reference(c, model, c["model"])
@@ -348,14 +423,24 @@ def policy_bench(cfg):
                 sync()
                 row["update_s"] = time.time() - t0
                 row["gb_update"] = peak()
+                lengths = [len(r.prompt_ids) + len(r.ids) for r in rollouts if r.adv != 0.0]
+                row["update_tflop"] = update_flops(n_mm, layers, d, lengths, c["ppo_epochs"], c["lora_rank"] > 0,
+                                                   c["beta"] > 0) / 1e12
+                if flops_peak:
+                    row["mfu"] = row["update_tflop"] * 1e12 / row["update_s"] / (flops_peak * world)
             except torch.OutOfMemoryError:
                 row["oom"] = True
             del model, smp, ref, opt
             rows.append(row)
             f = lambda k, spec: format(row[k], spec) if k in row else ("OOM" if row.get("oom") else "-")
             say(f"{shape:6s} {mode:5s} {f('params', '7.2e')} {f('trainable', '7.2e')} {f('tok_s_first', '9.0f')} "
-                f"{f('tok_s', '7.0f')} {f('gb_sample', '9.1f')} {f('update_s', '8.1f')} {f('gb_update', '9.1f')}",
-                flush=True)
+                f"{f('tok_s', '7.0f')} {f('limit', '7.0f') if row.get('limit') else '-':>7s} {f('gb_sample', '9.1f')} "
+                f"{f('update_s', '8.1f')} {format(row['mfu'], '5.1%') if 'mfu' in row else '-':>5s} "
+                f"{f('gb_update', '9.1f')}", flush=True)
+            for b, r in row.get("batches", {}).items():
+                say(f"{'':6s} {'':5s} sampling at gen_batch {b}: {r['tok_s']:,.0f} tok/s"
+                    + (f", memory-bound limit {r['limit']:,.0f} ({r['tok_s'] / r['limit']:.0%})" if r["limit"] else "")
+                    + f", peak {r['gb']:.1f} GB", flush=True)
     common.dist_teardown()
     return rows
 

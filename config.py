@@ -150,6 +150,8 @@ SETTINGS = {
         shapes=("0.5b,1.5b", "policy: model shapes, random weights (0.5b 1.5b 3b 7b 14b 32b)"),
         modes=("full,lora", "policy: full | lora | fsdp (fsdp under torchrun)"),
         bench_prompts=(8, "policy: prompts per step (each sampled crl_samples times)"),
+        bench_gen_batches=("", "policy: also sample at these batch sizes (comma list, e.g. 32,128,256), "
+                               "each with enough samples per prompt to fill one batch"),
         fresh_cache=(True, "time cold builds in a new, empty build cache"),
     )),
 }
