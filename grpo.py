@@ -81,6 +81,13 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, eps, beta, normaliser):
     return loss, stats
 
 
+def has_dropout(model):
+    """Whether a training forward of the model differs from an evaluation one."""
+    cfg = getattr(policy.unwrap(model), "config", None)
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()) or \
+        any(getattr(cfg, k, 0) or 0 for k in ("attention_dropout", "hidden_dropout", "dropout"))
+
+
 def train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
     """GRPO update on this rank's rollouts, `ppo_epochs` optimizer steps (the inner epochs).
     ref_logprobs: (input_ids, attention_mask, temperature) -> (B, T-1) log-probs of the KL
@@ -99,16 +106,22 @@ def train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
     batches = [live[i:i + mb] for i in range(0, len(live), mb)]
     packed = [{k: v.to(dev) for k, v in policy.pack(tok, [s.prompt_ids for s in b], [s.ids for s in b]).items()}
               for b in batches]
-    # pi_old and the reference are fixed for all inner epochs: score them once
+    # The reference is fixed for all inner epochs: scored once. pi_old is the policy before
+    # this update, which is what the first epoch's forward computes: its log-probs, detached,
+    # are pi_old for every epoch, with no forward of their own. A model with dropout scores
+    # pi_old apart, without it (a training forward would draw its own dropout mask).
     with torch.no_grad():
-        old = [policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], temp)
-               for p in packed]
         ref = [ref_logprobs(p["input_ids"], p["attention_mask"], temp)
                for p in packed] if ref_logprobs is not None else [None] * len(packed)
+        old = [policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], temp)
+               for p in packed] if has_dropout(model) else [None] * len(packed)
     model.train()
     for epoch in range(cfg["ppo_epochs"]):
-        for b, p, o, r in zip(batches, packed, old, ref):
+        for i, (b, p, r) in enumerate(zip(batches, packed, ref)):
             logp = policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], temp)
+            if old[i] is None:
+                old[i] = logp.detach()
+            o = old[i]
             mask = p["completion_mask"][:, 1:].float()
             adv = torch.tensor([s.adv for s in b], device=dev)
             loss, st = grpo_loss(logp, o, r, adv, mask, cfg["clip_eps"], cfg["beta"], normaliser)

@@ -1852,6 +1852,32 @@ def test_one_update_moves_logprobs_the_right_way(tiny):
     assert stats["tokens"] == 8
 
 
+def test_update_takes_pi_old_from_its_first_epoch(tiny, monkeypatch):
+    """grpo.train_step scores pi_old in its first epoch's forward, not in one of its own: two
+    inner epochs with a KL term end in the same weights and statistics as with pi_old scored
+    apart (as a model with dropout has it), and the second epoch's ratios are not 1."""
+    cfg, _, tok = tiny
+    rollouts = [grpo.Rollout([5, 6, 7], [20, 21, 22, tok.eos_token_id], 1.0),
+                grpo.Rollout([5, 6, 7, 8], [30, 31, tok.eos_token_id], -1.0),
+                grpo.Rollout([9, 6], [40, 41, 42, 43, 44], 0.5)]
+    c = dict(cfg, ppo_epochs=2, crl_micro_batch=2, clip_eps=0.2, beta=0.04, dr_grpo=False, grad_clip=1.0,
+             temperature=0.7, crl_samples=3)
+    out, has_dropout = [], grpo.has_dropout
+    for apart in (False, True):
+        monkeypatch.setattr(grpo, "has_dropout", lambda model: apart)
+        model = policy.build_tiny(cfg, tok)
+        ref = policy.reference(c, model, "")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        stats = grpo.train_step(c, model, ref, opt, tok, rollouts, 1)
+        out.append((torch.cat([p.detach().flatten() for p in model.parameters()]), stats))
+    (w0, s0), (w1, s1) = out
+    assert torch.allclose(w0, w1, atol=1e-6), (w0 - w1).abs().max()
+    for k in ("kl", "kl_old", "loss", "clipped"):
+        assert abs(s0[k] - s1[k]) < 1e-5 * max(1.0, abs(s1[k])), (k, s0[k], s1[k])
+    assert s0["kl_old"] > 0  # the second epoch compared against the first's pi_old, not itself
+    assert not has_dropout(policy.build_tiny(cfg, tok))
+
+
 def test_bucket_sampling_frequencies():
     import random
     scores = [0.1, 0.12, 1.0, 1.05, 3.0]  # buckets of width 0.5: {0.1, 0.12}, {1.0, 1.05}, {3.0}
