@@ -92,6 +92,11 @@ def train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
     """GRPO update on this rank's rollouts, `ppo_epochs` optimizer steps (the inner epochs).
     ref_logprobs: (input_ids, attention_mask, temperature) -> (B, T-1) log-probs of the KL
     reference, or None (no KL term). -> dict of stats (sums over all ranks)."""
+    with policy.tf32_matmuls(model):  # the reference, pi_old and pi_theta all scored alike
+        return _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
+
+
+def _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
     dev = next(model.parameters()).device
     live = [s for s in rollouts if s.adv != 0.0]
     n_tok = sum(len(s.ids) for s in live)

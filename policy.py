@@ -301,6 +301,24 @@ def autocast(model):
         torch.autocast("cpu", enabled=False)
 
 
+@contextlib.contextmanager
+def tf32_matmuls(model):
+    """On GPU, float32 matrix products in TF32 (fp32 in and out, 10-bit mantissa products,
+    fp32 sums) while the update runs: its float32 matmuls are the LM head's, which keeps
+    fp32 logits (bf16 ones would round a logit of 20 to steps of 0.125) and was half the
+    1.5B update's GPU time in plain fp32 (results/LOG.md). Backward's products too, since
+    the flag is read when each kernel starts. The decoder runs in bf16 either way."""
+    if next(model.parameters()).device.type != "cuda":
+        yield
+        return
+    m = torch.backends.cuda.matmul
+    before, m.allow_tf32 = m.allow_tf32, True
+    try:
+        yield
+    finally:
+        m.allow_tf32 = before
+
+
 def prompt_ids(tok, messages):
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
