@@ -107,6 +107,8 @@ class ThreadWatch:
         self.known = [_thread_clock(t) for t in tids if t in self.tids0 or t in py]
 
     def _known(self):
+        if not self.known:  # no list of threads (no /proc): nothing is counted, as before the watch
+            return None
         try:
             return sum(_CLOCK(c) for c in self.known)
         except OSError:  # a known thread ended: this call is not counted, and the list renewed
