@@ -685,6 +685,41 @@ def test_gpu_gate_times_each_worker_alone(tmp_path):
     assert max(held) > 0.3, held  # held time extended the deadlines
 
 
+def test_gpu_gate_lets_paused_workers_go_on_while_a_late_one_finishes_its_call(tmp_path):
+    """Worker 1 asks for the GPU while worker 0 is inside a 2 s call (a first call that
+    autotunes): worker 2, paused at once, goes on meanwhile instead of idling those seconds,
+    and pauses again when worker 0 is there; still nobody runs during anyone's timing."""
+    import multiprocessing as mp
+    import multiprocessing.connection as mpc
+    ctx = mp.get_context("fork")
+    ws = []
+    for i, (steps, long_step) in enumerate([(3, 2.0), (2, 0.02), (60, 0.02)]):
+        parent, child = ctx.Pipe(duplex=True)
+        p = ctx.Process(target=_gate_worker, args=(child, str(tmp_path / f"{i}.json"), steps, long_step))
+        p.start()
+        ws.append(gate.Running("run", {}, p, parent, gate.now() + 60, i, "", gpu=0))
+    active, t_end = list(ws), time.monotonic() + 60
+    while active and time.monotonic() < t_end:
+        gate.arbitrate(active)
+        ready = mpc.wait([w.conn for w in active], timeout=0.05)
+        for w in list(active):
+            if w.conn in ready and w.receive():
+                active.remove(w)
+    for w in ws:
+        w.proc.join(5)
+    assert not active and all(w.result["status"] == "ok" for w in ws)
+    logs = [json.load(open(tmp_path / f"{i}.json")) for i in range(3)]
+    for i, lg in enumerate(logs):
+        a, b = lg["spans"][0]
+        for j, other in enumerate(logs):
+            assert j == i or not [t for t in other["seen"] if a < t < b], f"worker {j} ran while worker {i} timed"
+    start1 = logs[1]["seen"][0]
+    (a1, _), (a0, _) = logs[1]["spans"][0], logs[0]["spans"][0]
+    assert a1 > start1 + 1.5, "worker 1 timed before worker 0's long call ended"
+    meanwhile = [t for t in logs[2]["seen"] if start1 + 0.7 < t < a1 - 0.3]
+    assert len(meanwhile) > 100, f"worker 2 idled while worker 0 finished its call ({len(meanwhile)} ms ran)"
+
+
 # ---------------------------------------------------------------------------- correctness math
 
 def test_rel_err_and_compare():
@@ -806,7 +841,8 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
     failures = []
     marker = "/tmp/cudal1_pickle_ran"  # hacks/trust_pickle.py's code, had it run in this process
     left_behind = "/dev/shm/cudal1_left_behind"  # hacks/sandbox_other_jobs.py's, had it outlived its job
-    for path in (marker, left_behind):
+    tmp_marker = "/tmp/cudal1_escaped_marker"  # hacks/sandbox_files.py's, had its /tmp been the machine's
+    for path in (marker, left_behind, tmp_marker):
         if os.path.exists(path):
             os.remove(path)
     for key, items in groups.items():
@@ -833,6 +869,8 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
         failures.append("a worker's message ran code in the evaluator's process")
     if os.path.exists(left_behind) and "private mounts" not in missing:
         failures.append("a job left a file in /dev/shm")
+    if os.path.exists(tmp_marker):
+        failures.append("a job wrote a file in the machine's /tmp")
     left = subprocess.run(["pgrep", "-f", "sleep 9871"], capture_output=True, text=True).stdout.split()
     if left:
         failures.append(f"processes a candidate left are still running: {left}")

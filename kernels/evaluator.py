@@ -481,7 +481,9 @@ class Evaluator:
                     if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):
                         r.deadline = r.job_deadline = gate.now()
                 wake = [r.deadline for r in active if not r.held] + \
-                    [gate.now() + limits.WATCH_SECONDS for r in active if r.group]
+                    [gate.now() + limits.WATCH_SECONDS for r in active if r.group] + \
+                    [t for r in active if r.kind == "run" and r.state == "pausing"  # when it becomes late
+                     and (t := r.since + gate.DEFER_AFTER + 0.01) > gate.now()]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
                 ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active], timeout=wait)
                 for r in list(active):

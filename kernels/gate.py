@@ -72,6 +72,11 @@ def now():
     return time.monotonic()
 
 
+# A worker asked to pause and still inside its candidate call after this many seconds is late:
+# the ones already paused go on meanwhile (arbitrate).
+DEFER_AFTER = 0.5
+
+
 class Open:
     """The gate of a worker that has its device to itself (CPU backend, compile jobs)."""
     paused = 0.0
@@ -184,6 +189,8 @@ class Running:
         self.trace = None  # a list to append (time, GPU, worker pid, new state) to, or None
         self.group = None  # its job's control group (limits.JobGroup), or None
         self.host = None  # inside WorkerGate.host_only: "stop" (may be stopped anywhere), "run" (may go on)
+        self.going_on = False  # let go on while a late one finishes its call (arbitrate)
+        self.deferred = False  # waiting for the GPU, and the others have gone on once for a late one
         self.fd, self.buf = conn.fileno(), b""
         os.set_blocking(self.fd, False)
 
@@ -299,7 +306,9 @@ def arbitrate(workers):
     are stopped (host-only work with no candidate code loaded yet goes on); with nobody
     waiting or holding, the paused ones go on. A worker in a long candidate call is waited
     for (it reaches its pause point, or its call deadline ends it): stopping it there would
-    leave its kernels running under someone else's timing."""
+    leave its kernels running under someone else's timing. Once per wait, the ones already
+    paused go on while such a late one finishes its call (DEFER_AFTER), and are asked again
+    when it is there; no timing starts while any of them runs."""
     holder = any(w.state == "hold" for w in workers)
     waiting = sorted((w for w in workers if w.state == "wait"), key=lambda w: w.since)
     if not (holder or waiting):
@@ -308,11 +317,26 @@ def arbitrate(workers):
                 w.tell(b"R")  # one still on its way reads its P, then this R
                 w._set("run")
             w.stop(False)
+            w.going_on = False
         return
     # Out of the way of a timing: paused, waiting, or in host-only work (WorkerGate.host_only)
     aside = lambda w: w.state in ("paused", "wait") or (w.state == "pausing" and w.host)
+    # A worker still in a long candidate call (a first call that autotunes or builds: tens of
+    # seconds) would keep the ones already paused idle all that while: they go on meanwhile,
+    # once per wait (so the one waiting is not put off twice), and pause again when it is there.
+    late = [w for w in workers if w.state == "pausing" and not w.host and now() - w.since > DEFER_AFTER]
+    if late and not holder and not waiting[0].deferred:
+        waiting[0].deferred = True
+        for w in workers:
+            if w.state == "paused" and not w.stopped:
+                w.tell(b"R")
+                w._set("run")
+                w.going_on = True
+    if not late:
+        for w in workers:
+            w.going_on = False
     for w in workers:
-        if w.state == "run":
+        if w.state == "run" and not w.going_on:
             w.tell(b"P")
             w._set("pausing")
         if holder and w.state != "hold" and aside(w) and w.host != "run":
@@ -326,6 +350,7 @@ def arbitrate(workers):
         if w is not first and w.host != "run":
             w.stop()
     first.stop(False)
+    first.deferred = False
     first._set("hold")
     first.tell(b"G")
 

@@ -12,7 +12,8 @@ Its convention, followed here on purpose, weaknesses included:
   for fp16 and bf16;
 - timing: 3 warm-up calls, then 100 calls on one input set, each between two CUDA events
   (the host clock on a CPU), the mean; the reference timed the same way; PyTorch's default
-  flags.
+  flags. Here the timing has the GPU alone (gate.py); the trials share it with other
+  workers' checks, as KernelBench's own parallel evaluation does.
 
     kernelbench_job(job)   # in a run worker (worker.py), where job["kernelbench"] is set
 """
@@ -113,21 +114,26 @@ def kernelbench_job(job):
             new = sol["ModelNew"](*init).to(dev)
             gen = torch.Generator().manual_seed(SEED)
             seeds = [int(torch.randint(0, 2 ** 32 - 1, (1,), generator=gen).item()) for _ in range(TRIALS)]
+            # The trials beside other workers' checks: only timing needs the device alone, and
+            # their first calls (cuDNN autotuning, lazy builds: tens of seconds in some published
+            # kernels) would otherwise keep every other worker on this GPU waiting.
+            for i, s in enumerate(seeds):
+                where = f"correctness trial {i + 1}"
+                _seed(s)
+                xs = _to(task["get_inputs"](), dev)
+                r = ref(*xs)
+                if cuda:
+                    torch.cuda.synchronize()
+                gate.pause_point()
+                n = new(*xs)
+                if cuda:
+                    torch.cuda.synchronize()
+                gate.pause_point()
+                why = _agree(r, n)
+                if why:
+                    return Reject("incorrect", "mismatch", f"{why} ({where})").result()
             gate.acquire()  # the device alone from here, as for our own timing
             try:
-                for i, s in enumerate(seeds):
-                    where = f"correctness trial {i + 1}"
-                    _seed(s)
-                    xs = _to(task["get_inputs"](), dev)
-                    r = ref(*xs)
-                    if cuda:
-                        torch.cuda.synchronize()
-                    n = new(*xs)
-                    if cuda:
-                        torch.cuda.synchronize()
-                    why = _agree(r, n)
-                    if why:
-                        return Reject("incorrect", "mismatch", f"{why} ({where})").result()
                 where = "timing"
                 _seed(SEED)
                 xs = _to(task["get_inputs"](), dev)
