@@ -26,6 +26,7 @@ sandbox.WATCHED, where none can be made).
 import ctypes
 import os
 import signal
+import stat
 import time
 
 try:
@@ -43,6 +44,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _NR = dict(landlock_create_ruleset=444, landlock_add_rule=445, landlock_restrict_self=446)  # x86_64 and arm64
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 38, 36, 1
 CLONE_NEWNET, CLONE_NEWUSER, CLONE_NEWPID = 0x40000000, 0x10000000, 0x20000000
+MS_REMOUNT = 32
 CLONE_NEWNS, MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = \
     0x20000, 1, 2, 4, 8, 4096, 16384, 1 << 18
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2
@@ -251,7 +253,7 @@ def enter(workdir, writable=(), groups=None, hidden=()):
     got["private mounts"] = _private_mounts(hidden, [workdir, *writable])  # before Landlock, which forbids mounts
     os.chdir(workdir)
     try:
-        abi = _landlock([workdir, *writable, "/dev"])
+        abi = _landlock([workdir, *writable, "/dev"] + (["/tmp"] if PRIVATE_TMP else []))
         got["files"] = True
         got["signals"] = abi >= 6 or f"Landlock ABI {abi} (scoped signals need 6: Linux 6.12)"
     except (OSError, AttributeError) as e:
@@ -304,19 +306,64 @@ def _private_mounts(hidden, keep):
         _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host's view
         held = {k: os.open(k, os.O_PATH | os.O_CLOEXEC) for k in keep if os.path.isdir(k)}
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        _private_tmp(hidden)
         if not IN_PID_NAMESPACE:  # (there /proc is the namespace's own: own_pid_namespace)
             _mask_processes()
-        for h in hidden:
-            if os.path.isdir(h):
-                _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
-        for k, fd in held.items():  # a kept folder under a covered one: bound back where it was
-            if not os.path.isdir(k):
-                os.makedirs(k)
+        covered = [h for h in hidden if os.path.isdir(h)]
+        for h in covered:
+            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
+        for k, fd in held.items():  # a kept folder under a covered (or read-only) one: bound back where it was
+            if not os.path.isdir(k) or (PRIVATE_TMP and k.startswith("/tmp/")):
+                os.makedirs(k, exist_ok=True)
                 _mount(f"/proc/self/fd/{fd}", k, None, MS_BIND | MS_REC)
             os.close(fd)
+        for h in covered:  # read-only once the kept folders are in (writes under its own /tmp are allowed)
+            _mount(None, h, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
         return True
     except OSError as e:
         return str(e)
+
+
+PRIVATE_TMP = False  # this job's /tmp is its own (_private_tmp)
+
+
+def _private_tmp(hidden):
+    """A /tmp of the job's own: a fresh tmpfs, where what was in /tmp when the job began (a
+    virtual environment, a checkout may live there) is bound back read-only, but for the
+    folders in `hidden`. Published kernels write their sources to /tmp/<name> and build from
+    there; this lets them, and what they leave goes with the job. Where it cannot be made,
+    /tmp stays as it is, read-only to the job (Landlock)."""
+    global PRIVATE_TMP
+    try:
+        names = os.listdir("/tmp")
+        if len(names) > 2000:  # thousands of mounts per job: not worth it
+            return
+        held = {}
+        for name in names:
+            p = os.path.join("/tmp", name)
+            if p not in hidden:
+                held[name] = (os.open(p, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC),
+                              os.readlink(p) if os.path.islink(p) else None)
+        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=2g")
+    except OSError:
+        return
+    for name, (fd, link) in held.items():
+        p = os.path.join("/tmp", name)
+        try:
+            if link is not None:
+                os.symlink(link, p)
+                continue
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.mkdir(p)
+            else:
+                open(p, "w").close()
+            _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
+            _mount(None, p, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        except OSError:
+            pass  # gone meanwhile, or a kind that cannot be bound: not there for this job
+        finally:
+            os.close(fd)
+    PRIVATE_TMP = True
 
 
 def _no_network():
