@@ -325,6 +325,25 @@ def _private_mounts(hidden, keep):
         return str(e)
 
 
+def leave_resource_tracker():
+    """Close this worker's pipe to the Evaluator's multiprocessing resource tracker, inherited
+    through the forkserver: the tracker runs outside every box and, when the Evaluator exits,
+    unlinks every semaphore and shared-memory name registered with it, so a candidate could
+    have another program's /dev/shm entries removed. What the job's multiprocessing registers
+    from now on goes nowhere: its semaphores and shared memory live in the job's own /dev/shm,
+    which goes with it (and no longer end up as warnings at the Evaluator's exit). A tracker
+    of the job's own would be a process the candidate left behind."""
+    from multiprocessing import resource_tracker
+    t = resource_tracker._resource_tracker
+    if getattr(t, "_fd", None) is not None:
+        try:
+            os.close(t._fd)
+        except OSError:
+            pass
+    t._fd = t._pid = None
+    t._send = lambda *args: None  # the module's register() and unregister() send through it
+
+
 PRIVATE_TMP = False  # this job's /tmp is its own (_private_tmp)
 
 
