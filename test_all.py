@@ -845,11 +845,14 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
     for path in (marker, left_behind, tmp_marker):
         if os.path.exists(path):
             os.remove(path)
+    from multiprocessing import forkserver
+    server = None
     for key, items in groups.items():
         # each hack's EXPECT is the verdict of the layer it is written against; the static
         # check, which would stop many first, has its own test
         opts = dict(dict(static_check=False), **dict(ast.literal_eval(key)))
         with make_eval(cache, backend, **opts) as ev:
+            server = server or forkserver._forkserver._forkserver_pid
             vs = ev.evaluate([(tasks[m["TASK"]], code) for _, code, m in items] + [(tasks["swish_bias"], honest)])
         for (f, _, meta), v in zip(items, vs):
             if SECRET in v.message + v.log:
@@ -871,6 +874,8 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
         failures.append("a job left a file in /dev/shm")
     if os.path.exists(tmp_marker):
         failures.append("a job wrote a file in the machine's /tmp")
+    if forkserver._forkserver._forkserver_pid != server:  # hacks/sandbox_forkserver_alive.py
+        failures.append("a job ended the forkserver (a new one was started)")
     left = subprocess.run(["pgrep", "-f", "sleep 9871"], capture_output=True, text=True).stdout.split()
     if left:
         failures.append(f"processes a candidate left are still running: {left}")

@@ -175,6 +175,7 @@ class Evaluator:
                     seed=int.from_bytes(os.urandom(3), "little"), task_name=task.name)
 
     def _start(self, kind, item, slot):
+        sandbox.start_forkserver()  # a forkserver a job ended comes back with the minimal environment
         job = item["job"]
         job["log"] = os.path.join(job["workdir"], f"{self._step(item, kind)}.log")
         env = dict(job["env"])
@@ -229,6 +230,7 @@ class Evaluator:
         self._groups = [(g, p) for g, p in self._groups if p.exitcode is None or not g.close()]
 
     def _spawn_standby(self, slot):
+        sandbox.start_forkserver()
         g = self.slots[slot]
         env = dict(self.env, CUDA_VISIBLE_DEVICES=gate.physical_gpu(self.gpus[g]))
         parent, child = self.ctx.Pipe(duplex=True)

@@ -229,8 +229,11 @@ def own_pid_namespace():
         except InterruptedError:
             continue
     os.kill(init, signal.SIGKILL)
-    if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    if os.WIFSIGNALED(status):  # the same death, for the Evaluator to read
+        try:
+            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
+            pass
         os.kill(os.getpid(), os.WTERMSIG(status))
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
@@ -325,23 +328,29 @@ def _private_mounts(hidden, keep):
         return str(e)
 
 
-def leave_resource_tracker():
-    """Close this worker's pipe to the Evaluator's multiprocessing resource tracker, inherited
-    through the forkserver: the tracker runs outside every box and, when the Evaluator exits,
-    unlinks every semaphore and shared-memory name registered with it, so a candidate could
-    have another program's /dev/shm entries removed. What the job's multiprocessing registers
-    from now on goes nowhere: its semaphores and shared memory live in the job's own /dev/shm,
-    which goes with it (and no longer end up as warnings at the Evaluator's exit). A tracker
-    of the job's own would be a process the candidate left behind."""
-    from multiprocessing import resource_tracker
+def leave_evaluator_channels():
+    """Close the pipes this worker inherited through the forkserver that lead out of its job:
+    - to the Evaluator's multiprocessing resource tracker, a process outside every box that,
+      when the Evaluator exits, unlinks every semaphore and shared-memory name registered with
+      it (a candidate could have another program's /dev/shm entries removed). What the job's
+      multiprocessing registers from now on goes nowhere: its semaphores and shared memory
+      live in the job's own /dev/shm, which goes with it. (A tracker of the job's own would be
+      a process the candidate left behind.)
+    - the forkserver's "alive" pipe: a byte written to it (reopened through /proc/self/fd)
+      ends the forkserver, and multiprocessing would start a new one from the Evaluator's
+      process, with its whole environment (start_forkserver guards that too)."""
+    from multiprocessing import forkserver, resource_tracker
     t = resource_tracker._resource_tracker
-    if getattr(t, "_fd", None) is not None:
-        try:
-            os.close(t._fd)
-        except OSError:
-            pass
+    fs = forkserver._forkserver
+    for fd in (getattr(t, "_fd", None), getattr(fs, "_forkserver_alive_fd", None)):
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
     t._fd = t._pid = None
     t._send = lambda *args: None  # the module's register() and unregister() send through it
+    fs._forkserver_alive_fd = None
 
 
 PRIVATE_TMP = False  # this job's /tmp is its own (_private_tmp)

@@ -71,7 +71,7 @@ def _send(conn, obj):
 def child_main(kind, conn, job):
     """Entry of every worker process: a session of its own (so a kill takes its compilers
     too), output to a log file, then one job, its result sent back, and a hard exit."""
-    sandbox.leave_resource_tracker()
+    sandbox.leave_evaluator_channels()
     if not sandbox.IN_PID_NAMESPACE and os.getsid(0) != os.getpid():  # (a standby worker is set)
         if job.get("pid_namespace"):
             sandbox.own_pid_namespace()  # setsid, then the job in a namespace of its own
