@@ -636,36 +636,41 @@ def test_policy_bench_counts_flops_and_the_decode_limit():
     assert bench.sampling_limit(params_1p5b, layers, kv_dim, 256, 600, 1024, 3.35e12) > 2 * rate
 
 
-def test_gpu_gate_times_each_worker_alone(tmp_path):
-    """Checks share the device, timings own it: while one worker times, no other one runs
-    (not even one that was inside a 1 s step when the request came: it is waited for), each
-    times once, and time spent paused or waiting is not counted against a deadline. Host-only
-    work is not waited for: a worker inside it is stopped where it is (worker 2), or, with no
-    candidate code loaded yet, goes on beside the timing (worker 3)."""
+def _gate_run(tmp_path, args, poll):
+    """Stand-in workers (_gate_worker(conn, path, *args[i])) on one GPU, driven as the
+    Evaluator drives them (gate.arbitrate, then their messages, every `poll` seconds at most);
+    each must finish ok -> (their handles, their deadlines at the start, their logs)."""
     import multiprocessing as mp
     import multiprocessing.connection as mpc
     ctx = mp.get_context("fork")
     ws = []
-    hosts = [None, None, (1, False), (0, True)]
-    for i in range(4):
+    for i, a in enumerate(args):
         parent, child = ctx.Pipe(duplex=True)
-        p = ctx.Process(target=_gate_worker, args=(child, str(tmp_path / f"{i}.json"), 4 + 3 * i,
-                                                   1.0 if i == 3 else 0.02, hosts[i]))
+        p = ctx.Process(target=_gate_worker, args=(child, str(tmp_path / f"{i}.json"), *a))
         p.start()
         ws.append(gate.Running("run", {}, p, parent, gate.now() + 60, i, "", gpu=0))
     deadline0 = [w.job_deadline for w in ws]
-    active = list(ws)
-    t_end = time.monotonic() + 60
+    active, t_end = list(ws), time.monotonic() + 60
     while active and time.monotonic() < t_end:
         gate.arbitrate(active)
-        ready = mpc.wait([w.conn for w in active], timeout=1)
+        ready = mpc.wait([w.conn for w in active], timeout=poll)
         for w in list(active):
             if w.conn in ready and w.receive():
                 active.remove(w)
     for w in ws:
         w.proc.join(5)
     assert not active and all(w.result["status"] == "ok" for w in ws)
-    logs = [json.load(open(tmp_path / f"{i}.json")) for i in range(4)]
+    return ws, deadline0, [json.load(open(tmp_path / f"{i}.json")) for i in range(len(args))]
+
+
+def test_gpu_gate_times_each_worker_alone(tmp_path):
+    """Checks share the device, timings own it: while one worker times, no other one runs
+    (not even one that was inside a 1 s step when the request came: it is waited for), each
+    times once, and time spent paused or waiting is not counted against a deadline. Host-only
+    work is not waited for: a worker inside it is stopped where it is (worker 2), or, with no
+    candidate code loaded yet, goes on beside the timing (worker 3)."""
+    hosts = [None, None, (1, False), (0, True)]
+    ws, deadline0, logs = _gate_run(tmp_path, [(4 + 3 * i, 1.0 if i == 3 else 0.02, hosts[i]) for i in range(4)], 1)
     assert all(len(lg["spans"]) == 1 for lg in logs)
     for i, lg in enumerate(logs):
         a, b = lg["spans"][0]
@@ -689,32 +694,13 @@ def test_gpu_gate_lets_paused_workers_go_on_while_a_late_one_finishes_its_call(t
     """Worker 1 asks for the GPU while worker 0 is inside a 2 s call (a first call that
     autotunes): worker 2, paused at once, goes on meanwhile instead of idling those seconds,
     and pauses again when worker 0 is there; still nobody runs during anyone's timing."""
-    import multiprocessing as mp
-    import multiprocessing.connection as mpc
-    ctx = mp.get_context("fork")
-    ws = []
-    for i, (steps, long_step) in enumerate([(3, 2.0), (2, 0.02), (60, 0.02)]):
-        parent, child = ctx.Pipe(duplex=True)
-        p = ctx.Process(target=_gate_worker, args=(child, str(tmp_path / f"{i}.json"), steps, long_step))
-        p.start()
-        ws.append(gate.Running("run", {}, p, parent, gate.now() + 60, i, "", gpu=0))
-    active, t_end = list(ws), time.monotonic() + 60
-    while active and time.monotonic() < t_end:
-        gate.arbitrate(active)
-        ready = mpc.wait([w.conn for w in active], timeout=0.05)
-        for w in list(active):
-            if w.conn in ready and w.receive():
-                active.remove(w)
-    for w in ws:
-        w.proc.join(5)
-    assert not active and all(w.result["status"] == "ok" for w in ws)
-    logs = [json.load(open(tmp_path / f"{i}.json")) for i in range(3)]
+    _, _, logs = _gate_run(tmp_path, [(3, 2.0), (2, 0.02), (60, 0.02)], 0.05)
     for i, lg in enumerate(logs):
         a, b = lg["spans"][0]
         for j, other in enumerate(logs):
             assert j == i or not [t for t in other["seen"] if a < t < b], f"worker {j} ran while worker {i} timed"
     start1 = logs[1]["seen"][0]
-    (a1, _), (a0, _) = logs[1]["spans"][0], logs[0]["spans"][0]
+    a1 = logs[1]["spans"][0][0]
     assert a1 > start1 + 1.5, "worker 1 timed before worker 0's long call ended"
     meanwhile = [t for t in logs[2]["seen"] if start1 + 0.7 < t < a1 - 0.3]
     assert len(meanwhile) > 100, f"worker 2 idled while worker 0 finished its call ({len(meanwhile)} ms ran)"
