@@ -1178,11 +1178,44 @@ class ModelNew(nn.Module):
 def test_a_failed_torch_build_is_paid_once(cache, tasks):
     """A candidate that builds in its constructor, catches the failure and falls back to
     PyTorch is judged on its fallback; the failing build runs once, in its compile job, and
-    is remembered in its program's part of the cache (guards.remember_failed_builds): the
+    is remembered in its program's part of the cache (guards.remember_builds): the
     run job's constructions fail at once with the same error."""
     with make_eval(cache, "cpu") as ev:
         [v] = ev.evaluate([(tasks["gelu"], _FALLBACK)])
     assert v.ok, (v.status, v.reason, v.message)
+    assert v.seconds["compile"] > 3 and v.seconds["check"] < 3, v.seconds
+
+
+_WRITES_AND_LOADS = """
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load
+
+SRC = '#include <torch/extension.h>\\n' \\
+      'torch::Tensor gelu(torch::Tensor x) { return at::gelu(x); }\\n' \\
+      'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("gelu", &gelu); }\\n'
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        with open("gelu_ext.cpp", "w") as f:  # written anew at every construction, as published kernels do
+            f.write(SRC)
+        self.ext = load(name="cwd_gelu", sources=["gelu_ext.cpp"])
+
+    def forward(self, x):
+        return self.ext.gelu(x)
+"""
+
+
+def test_a_torch_build_of_files_written_at_each_construction_is_paid_once(cache, tasks):
+    """A candidate that writes its source into its working folder and `load`s it in every
+    constructor would rebuild in every job (ninja sees a new path and a new time); its
+    module is remembered in its program's part of the cache by the sources' contents
+    (guards.remember_builds): built once, in the compile job, imported after."""
+    with make_eval(cache, "cpu") as ev:
+        [v] = ev.evaluate([(tasks["gelu"], _WRITES_AND_LOADS)])
+    assert v.ok and v.kernel_calls > 0, (v.status, v.reason, v.message, v.log[-2000:])
     assert v.seconds["compile"] > 3 and v.seconds["check"] < 3, v.seconds
 
 

@@ -143,31 +143,71 @@ class Counted:
 TORCH_BUILDS = re.compile(r"cpp_extension|load_inline")  # a candidate that builds through torch's loader
 
 
-def remember_failed_builds(folder):
-    """A torch extension build (load_inline, load) that failed is remembered in `folder`
-    (the program's own part of the build cache, which only identical programs share): the
-    same call, with the same architectures, fails at once afterwards, with the same error.
-    The compiler is deterministic, and a failing nvcc run with torch's headers costs tens of
-    seconds, which published kernels that catch their failed build and fall back to PyTorch
-    would pay at every construction (check, second timer, KernelBench's verdict)."""
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def _source_files(paths, seen=None):
+    """The contents of a build's source files and of the local headers they include
+    ("quoted" includes found beside them), by name: what the build's output depends on
+    besides its flags, unlike the files' paths and times."""
+    seen = {} if seen is None else seen
+    for p in paths:
+        if isinstance(p, str) and p not in seen and os.path.isfile(p):
+            with open(p, "rb") as f:
+                seen[p] = data = f.read()
+            here = os.path.dirname(os.path.abspath(p))
+            _source_files([os.path.join(here, inc) for inc in _INCLUDE.findall(data.decode("latin-1"))], seen)
+    return sorted((os.path.basename(p), d) for p, d in seen.items())
+
+
+def remember_builds(folder):
+    """torch's extension builds (load_inline, load) are remembered in `folder` (the program's
+    own part of the build cache, which only identical programs share), keyed by their
+    arguments, the contents of their source files and the target architectures:
+    - a build that failed fails at once afterwards, with the same error. A failing nvcc run
+      with torch's headers costs tens of seconds, which published kernels that catch the
+      error and fall back to PyTorch would pay at every construction (check, second timer,
+      KernelBench's verdict);
+    - a module that built is imported from its copy afterwards. `load` of files the candidate
+      writes into its working folder at every construction (as several published kernels
+      do) rebuilds each time otherwise (ninja sees new paths and times), a minute per job.
+    The compiler is deterministic; a candidate that writes here only changes its own loads."""
     import hashlib
+    import importlib.util
+    import shutil
     import torch.utils.cpp_extension as cx
 
     def wrap(fn):
         def build(*args, **kwargs):
-            key = repr((fn.__name__, args, sorted(kwargs.items()), os.environ.get("TORCH_CUDA_ARCH_LIST")))
-            memo = os.path.join(folder, f"failed-{hashlib.sha256(key.encode()).hexdigest()[:24]}.txt")
-            if os.path.exists(memo):
-                with open(memo) as f:
+            sources = kwargs.get("sources", args[1] if fn.__name__ == "load" and len(args) > 1 else None)
+            files = _source_files([sources] if isinstance(sources, str) else sources or [])
+            key = repr((fn.__name__, args, sorted(kwargs.items()), files, os.environ.get("TORCH_CUDA_ARCH_LIST")))
+            key = key.replace(os.getcwd(), "<work folder>")  # each job has a folder of its own
+            memo = os.path.join(folder, "memo-" + hashlib.sha256(key.encode()).hexdigest()[:24])
+            if os.path.exists(memo + ".txt"):
+                with open(memo + ".txt") as f:
                     raise RuntimeError(f.read())
+            name = kwargs.get("name", args[0] if args else None)
+            plain = isinstance(name, str) and kwargs.get("is_python_module", True) and not kwargs.get("is_standalone")
+            if plain and os.path.exists(memo + ".so"):
+                spec = importlib.util.spec_from_file_location(name, memo + ".so")
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                return module
             try:
-                return fn(*args, **kwargs)
+                module = fn(*args, **kwargs)
             except RuntimeError as e:
                 if str(e).startswith("Error building extension"):
                     os.makedirs(folder, exist_ok=True)
-                    with open(memo, "w") as f:
+                    with open(memo + ".txt", "w") as f:
                         f.write(str(e))
                 raise
+            so = getattr(module, "__file__", None)
+            if plain and isinstance(module, types.ModuleType) and so and so.endswith(".so"):
+                os.makedirs(folder, exist_ok=True)
+                shutil.copyfile(so, memo + ".part")
+                os.replace(memo + ".part", memo + ".so")  # whole or absent, for a job killed mid-copy
+            return module
         return build
     cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
 
