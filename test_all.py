@@ -706,6 +706,77 @@ def test_gpu_gate_lets_paused_workers_go_on_while_a_late_one_finishes_its_call(t
     assert len(meanwhile) > 100, f"worker 2 idled while worker 0 finished its call ({len(meanwhile)} ms ran)"
 
 
+class _Gated:
+    """A stand-in for gate.Running in the Evaluator's hands: the fields arbitrate and
+    share_clock read, and what it was told."""
+    def __init__(self, state, since, host=None, call=None, deadline=0.0, job_deadline=100.0):
+        self.state, self.since, self.host, self.stopped, self.going_on = state, since, host, False, False
+        self.call_limit, self.deadline, self.job_deadline, self.ticked, self.sharing = call, deadline, job_deadline, None, 1
+        self.told = []
+
+    held = gate.Running.held
+
+    def tell(self, byte):
+        self.told.append(byte)
+
+    def _set(self, state=None, stopped=None):
+        if state is not None and state != self.state:
+            self.state, self.since = state, gate.now()
+        if stopped is not None:
+            self.stopped = stopped
+
+    def stop(self, stop=True):
+        self.stopped = stop
+
+
+def test_gate_defers_for_each_late_worker_within_a_bound(monkeypatch):
+    """While one worker waits for the GPU, the paused ones go on whenever another is late in
+    its call (a first call that autotunes), not only for the first late one: worker 0, late,
+    then paused, goes on again while worker 2 is late in turn. After DEFER_FOR seconds of
+    waiting nobody goes on any more, so workers late in turn cannot put a timing off."""
+    clock = [1000.0]
+    monkeypatch.setattr(gate, "now", lambda: clock[0])
+    w0, w1, w2 = _Gated("pausing", 999.0), _Gated("wait", 999.9), _Gated("paused", 999.9)
+    gate.arbitrate([w0, w1, w2])
+    assert w2.state == "run" and w2.told == [b"R"] and w1.state == "wait"  # w0 is late: w2 goes on
+    w0._set("paused")
+    gate.arbitrate([w0, w1, w2])
+    assert w2.state == "pausing" and w2.told[-1] == b"P"  # w0 is there: w2 asked to pause again
+    clock[0] += 1.0  # w2 is late in its own call now
+    gate.arbitrate([w0, w1, w2])
+    assert w0.state == "run" and w0.told[-1] == b"R", "the paused worker idled while another was late"
+    w0._set("paused")
+    clock[0] += gate.DEFER_FOR  # w1 has waited long enough: no more going on for late ones
+    gate.arbitrate([w0, w1, w2])
+    assert w0.state == "paused" and w1.state == "wait"
+    w2._set("paused")
+    gate.arbitrate([w0, w1, w2])
+    assert w1.state == "hold" and w1.told[-1] == b"G" and w0.stopped and w2.stopped
+
+
+def test_call_deadlines_run_on_the_workers_share_of_the_gpu(monkeypatch):
+    """While k workers of a GPU are inside candidate calls at once, each one's call deadline
+    moves on by (1 - 1/k) of the time (gate.share_clock); alone, or paused, it does not."""
+    clock = [0.0]
+    monkeypatch.setattr(gate, "now", lambda: clock[0])
+    a, b, c = (_Gated("run", 0.0, call=15.0, deadline=15.0) for _ in range(3))
+    c.state = "paused"  # held: its deadlines wait through _set, not here
+    gate.share_clock([a, b, c])
+    clock[0] = 10.0
+    gate.share_clock([a, b, c])
+    assert a.deadline == b.deadline == 20.0 and c.deadline == 15.0, (a.deadline, c.deadline)
+    b.call_limit = None  # b's call ended: a is alone in one from here
+    gate.share_clock([a, b, c])
+    clock[0] = 14.0
+    gate.share_clock([a, b, c])
+    assert a.deadline == 20.0
+    a.deadline, a.job_deadline, b.call_limit = 20.0, 21.0, 15.0
+    gate.share_clock([a, b, c])
+    clock[0] = 30.0
+    gate.share_clock([a, b, c])
+    assert a.deadline == 21.0  # never past the whole job's deadline
+
+
 # ---------------------------------------------------------------------------- correctness math
 
 def test_rel_err_and_compare():

@@ -479,6 +479,7 @@ class Evaluator:
                 # deadline of a worker that runs
                 for g in range(len(self.gpus)) if self.device == "cuda" else ():
                     gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g])
+                    gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
                 for r in active:  # over a limit the evaluator watches (limits.JobGroup): stopped now
                     if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):
                         r.deadline = r.job_deadline = gate.now()
@@ -488,6 +489,8 @@ class Evaluator:
                      and (t := r.since + gate.DEFER_AFTER + 0.01) > gate.now()]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
                 ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active], timeout=wait)
+                for g in range(len(self.gpus)) if self.device == "cuda" else ():  # the deadlines, now
+                    gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
                 for r in list(active):
                     done = (r.conn in ready and r.receive()) or r.proc.sentinel in ready
                     if r.proc.sentinel in ready and r.result is None:

@@ -21,7 +21,8 @@ candidate call's deadline, ("acquire",), ("paused",), ("release",), ("host", may
 pipe after the job: P pause, R resume, G go, D host-only work over.
 
     Worker side (worker.py):  WorkerGate(fd, send, sync, cores, free): pause_point, host_only, acquire, release
-    Parent side (evaluator.py): Running (one worker), pick_slot, join, arbitrate(workers of one GPU)
+    Parent side (evaluator.py): Running (one worker), pick_slot, join, arbitrate(workers of one GPU),
+                                share_clock(workers of one GPU)
     Reading a run's trace (bench.py): gate_share(trace, t0, t1)
 """
 import contextlib
@@ -73,8 +74,10 @@ def now():
 
 
 # A worker asked to pause and still inside its candidate call after this many seconds is late:
-# the ones already paused go on meanwhile (arbitrate).
-DEFER_AFTER = 0.5
+# the ones already paused go on meanwhile (arbitrate), for as long as the one waiting for the
+# GPU has waited less than DEFER_FOR seconds; after that they wait with it, so that workers
+# late in turn cannot put a timing off for ever.
+DEFER_AFTER, DEFER_FOR = 0.5, 20.0
 
 
 class Open:
@@ -190,7 +193,7 @@ class Running:
         self.group = None  # its job's control group (limits.JobGroup), or None
         self.host = None  # inside WorkerGate.host_only: "stop" (may be stopped anywhere), "run" (may go on)
         self.going_on = False  # let go on while a late one finishes its call (arbitrate)
-        self.deferred = False  # waiting for the GPU, and the others have gone on once for a late one
+        self.ticked, self.sharing = None, 1  # inside a candidate call since (share_clock), with how many
         self.fd, self.buf = conn.fileno(), b""
         os.set_blocking(self.fd, False)
 
@@ -308,7 +311,8 @@ def arbitrate(workers):
     for (it reaches its pause point, or its call deadline ends it): stopping it there would
     leave its kernels running under someone else's timing. Once per wait, the ones already
     paused go on while such a late one finishes its call (DEFER_AFTER), and are asked again
-    when it is there; no timing starts while any of them runs."""
+    when it is there, for the first DEFER_FOR seconds of a wait; no timing starts while any
+    of them runs."""
     holder = any(w.state == "hold" for w in workers)
     waiting = sorted((w for w in workers if w.state == "wait"), key=lambda w: w.since)
     if not (holder or waiting):
@@ -322,11 +326,11 @@ def arbitrate(workers):
     # Out of the way of a timing: paused, waiting, or in host-only work (WorkerGate.host_only)
     aside = lambda w: w.state in ("paused", "wait") or (w.state == "pausing" and w.host)
     # A worker still in a long candidate call (a first call that autotunes or builds: tens of
-    # seconds) would keep the ones already paused idle all that while: they go on meanwhile,
-    # once per wait (so the one waiting is not put off twice), and pause again when it is there.
+    # seconds) would keep the ones already paused idle all that while: they go on meanwhile and
+    # pause again when it is there, as often as one is late, in the first DEFER_FOR seconds of
+    # the wait (after that the one waiting is not put off again).
     late = [w for w in workers if w.state == "pausing" and not w.host and now() - w.since > DEFER_AFTER]
-    if late and not holder and not waiting[0].deferred:
-        waiting[0].deferred = True
+    if late and not holder and now() - waiting[0].since < DEFER_FOR:
         for w in workers:
             if w.state == "paused" and not w.stopped:
                 w.tell(b"R")
@@ -350,9 +354,23 @@ def arbitrate(workers):
         if w is not first and w.host != "run":
             w.stop()
     first.stop(False)
-    first.deferred = False
     first._set("hold")
     first.tell(b"G")
+
+
+def share_clock(workers):
+    """One GPU's workers -> their call deadlines run on their share of the GPU: while k of
+    them are inside candidate calls at once (none paused or stopped), each one's deadline
+    moves on by (1 - 1/k) of the time. A first call that autotunes or builds beside seven
+    others gets the time it would need alone; a hang alone still ends at its deadline.
+    Called before and after each wait of the Evaluator's loop."""
+    t = now()
+    calling = [w for w in workers if w.call_limit is not None and not w.held]
+    for w in calling:
+        if w.ticked is not None and w.sharing > 1:
+            w.deadline = min(w.job_deadline, w.deadline + (t - w.ticked) * (1 - 1 / w.sharing))
+    for w in workers:
+        w.ticked, w.sharing = (t, len(calling)) if w in calling else (None, 1)
 
 
 def gate_share(trace, t0, t1):
