@@ -1258,6 +1258,9 @@ def test_a_failed_torch_build_is_paid_once(cache, tasks):
 
 
 _WRITES_AND_LOADS = """
+import os
+import tempfile
+
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load
@@ -1270,9 +1273,10 @@ SRC = '#include <torch/extension.h>\\n' \\
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        with open("gelu_ext.cpp", "w") as f:  # written anew at every construction, as published kernels do
+        here = tempfile.mkdtemp()  # a fresh folder, written anew at every construction, as published kernels do
+        with open(os.path.join(here, "gelu_ext.cpp"), "w") as f:
             f.write(SRC)
-        self.ext = load(name="cwd_gelu", sources=["gelu_ext.cpp"])
+        self.ext = load(name="cwd_gelu", sources=[os.path.join(here, "gelu_ext.cpp")])
 
     def forward(self, x):
         return self.ext.gelu(x)
@@ -1280,7 +1284,7 @@ class ModelNew(nn.Module):
 
 
 def test_a_torch_build_of_files_written_at_each_construction_is_paid_once(cache, tasks):
-    """A candidate that writes its source into its working folder and `load`s it in every
+    """A candidate that writes its source into a fresh folder and `load`s it in every
     constructor would rebuild in every job (ninja sees a new path and a new time); its
     module is remembered in its program's part of the cache by the sources' contents
     (guards.remember_builds): built once, in the compile job, imported after."""
