@@ -27,6 +27,7 @@ from .verdicts import Reject, fresh_seed
 
 # The first candidate call's deadline, in call limits (Harness.calling).
 FIRST_CALL = 3
+CONV = os.path.join(guards.TORCH_DIR, "nn", "modules", "conv.py")  # where cuDNN searches, seen from Python
 # Host memory the reference models built ahead (Harness.prebuild) may take per worker.
 PREBUILD_BYTES = 2 << 30
 
@@ -129,7 +130,7 @@ class Harness:
         # The GPU gate (gate.py): pause points between candidate calls while checking, the
         # GPU alone while timing. Open (no waiting) where a worker has its device alone.
         self.gate = job.get("gate") or gate.Open()
-        self.call_limit, self.in_call, self.called = None, False, False
+        self.call_limit, self.in_call, self.called, self.first_call = None, False, False, False
         self.left = []  # the candidate's threads still running when its last forward returned
         self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
         self.spots = ([], 0)  # timed calls kept for the spot check (timing.py), of how many
@@ -290,14 +291,22 @@ class Harness:
         ms = (self.clock() - t0) * 1e3
         self.call_limit = max(self.cfg["call_timeout"], self.cfg["call_timeout_factor"] * ms / 1e3)
         main = threading.main_thread().ident
+        benchmark = guards.FLAGS["cudnn_benchmark"][0]  # captured before any candidate ran
 
         def watch():  # torch.compile, triton or a build inside a call is work, not a hang
             while True:
                 time.sleep(0.5)
                 f = sys._current_frames().get(main)
+                # the call's own limit from now, never less than two of these looks
+                more = max(self.call_limit * (FIRST_CALL if self.first_call else 1), 2.0)
+                # and so is cuDNN's search for its convolution algorithms (cudnn.benchmark)
+                # in the candidate's first call: tens of seconds for a deep network's shapes
+                if self.in_call and self.first_call and f is not None and f.f_code.co_filename == CONV \
+                        and benchmark():
+                    self.notify(more)
                 while self.in_call and f is not None:
                     if f.f_code.co_filename.startswith(guards.COMPILERS):
-                        self.notify(self.call_limit)
+                        self.notify(more)
                         break
                     f = f.f_back
         threading.Thread(target=watch, name="harness-watchdog", daemon=True).start()
@@ -311,11 +320,12 @@ class Harness:
         # the first call may build, compile or autotune (cuDNN's search for a 3-D convolution):
         # FIRST_CALL times the limit; a hang there costs that much once
         self.notify(self.call_limit * (1 if self.called else FIRST_CALL))
+        self.first_call = not self.called
         self.in_call, self.called = True, True
         try:
             yield
         finally:
-            self.in_call = False
+            self.in_call = self.first_call = False
             self.notify(None)
 
     def forward(self, new, xs, where, snapshot=False):
