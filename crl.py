@@ -253,27 +253,24 @@ def run(cfg):
 def one_step(r, step):
     """Sample, judge, reward, update -> the step's log record (same keys every step)."""
     cfg, G = r.cfg, r.cfg["crl_samples"]
-    t0 = time.time()
     mine = step_tasks(r.tasks, step - 1, cfg["crl_tasks_per_step"], cfg["seed"])[r.rank::r.world]
     rng = random.Random(cfg["seed"] * 7919 + step * 131 + r.rank)
     shown = [exemplars.pick_exemplars(r.db, t, cfg, rng) for t in mine]
     msgs = [prompts.task_prompt(t.code, r.ev.language, ex) for t, ex in zip(mine, shown)]
-    outs = policy.generate(r.sampler, r.tok, msgs, cfg, n=G, progress=False)
-    t1 = time.time()
-    flat = [(t, s) for t, group in zip(mine, outs) for s in group]
-    parsed = [prompts.parse_response(s.text) for _, s in flat]
-    rows = judge_samples(r.ev, r.db, [(t, p.code) for (t, _), p in zip(flat, parsed)], step, "crl")
-    new = [row for part in common.all_gather([dict(row, new=False) for row in rows if row and row["new"]], r.world)
-           for row in part]
-    added = r.db.add(new, write=r.rank == 0)  # a variant sampled twice in a step is one new variant
-    t2 = time.time()
-    rewards = [row["speedup"] if row and row["status"] == "ok" else 0.0 for row in rows]
-    adv = grpo.group_advantages([rewards[g * G:(g + 1) * G] for g in range(len(mine))],
-                                cfg["reward_clip"], not cfg["dr_grpo"])                  # (P, G)
-    skipped = int((adv == 0).all(dim=1).sum())
-    rollouts = [grpo.Rollout(s.prompt_ids, s.ids, float(a)) for (_, s), a in zip(flat, adv.reshape(-1))]
-    st = grpo.train_step(cfg, r.model, r.ref_logprobs, r.opt, r.tok, rollouts, r.world)
-    t3 = time.time()
+    judged = {}
+
+    def reward(samples):  # judge (each new variant enters the database): reward = speedup, 0 for a failure
+        judged["parsed"] = [prompts.parse_response(s.text) for s in samples]
+        judged["rows"] = rows = judge_samples(r.ev, r.db, [(t, p.code) for t, p in zip(
+            [t for t in mine for _ in range(G)], judged["parsed"])], step, "crl")
+        new = [row for part in common.all_gather([dict(row, new=False) for row in rows if row and row["new"]], r.world)
+               for row in part]
+        judged["added"] = r.db.add(new, write=r.rank == 0)  # a variant sampled twice in a step is one new variant
+        return [row["speedup"] if row and row["status"] == "ok" else 0.0 for row in rows]
+    res = grpo.step(cfg, r.model, r.sampler, r.tok, r.ref_logprobs, r.opt, msgs, reward, r.world)
+    flat = [(t, s) for t, s in zip([t for t in mine for _ in range(G)], res.samples)]
+    parsed, rows, added, rewards, st = judged["parsed"], judged["rows"], judged["added"], res.rewards, res.stats
+    skipped = int((res.adv == 0).all(dim=1).sum())
     if step % cfg["dump_every"] == 0 or step == 1:  # reading rollouts is the main debugging tool
         dump = [dict(task=t.name, exemplars=[e["speedup"] for e in ex], text=s.text, finished=s.finished,
                      status=row["status"] if row else "compile_error", reason=row["reason"] if row else p.reason,
@@ -306,8 +303,9 @@ def one_step(r, step):
                 skipped_groups=sum(e["skipped"] for e in every), groups=sum(e["groups"] for e in every),
                 new_variants=len(added), db_size=len(r.db.rows), tasks=by_task, set_aside=set_aside,
                 ranks=[[e["db"], e["params"]] for e in every],  # (database rows, weight checksum) per rank
-                tok_s=round(sum(e["gen_tok"] for e in every) / max(1e-9, t1 - t0)),
-                gen_s=round(t1 - t0, 1), eval_s=round(t2 - t1, 1), update_s=round(t3 - t2, 1))
+                tok_s=round(sum(e["gen_tok"] for e in every) / max(1e-9, res.seconds["sample"])),
+                gen_s=round(res.seconds["sample"], 1), eval_s=round(res.seconds["reward"], 1),
+                update_s=round(res.seconds["update"], 1))
 
 
 def param_checksum(model):

@@ -1,10 +1,13 @@
 """GRPO as CUDA-L1 uses it (paper section 3.3): smoothed group-relative advantages, the PPO
 clipped ratio, an optional k3 KL to a frozen reference. Pure functions with shapes in the
-comments, then the update step; no files, no prompts, no evaluator.
+comments, then the update step, and one whole step (sample, reward, update) around a reward
+function; no files, no prompts, no evaluator.
 
     adv = grpo.smooth_rewards(torch.tensor([0.0, 1.2, 3.5, 0.8]), k=1.5)   # one group of G
     stats = grpo.train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
+    res = grpo.step(cfg, model, smp, tok, ref_logprobs, opt, messages, reward_fn, world)
 """
+import time
 from dataclasses import dataclass
 
 import torch
@@ -142,3 +145,31 @@ def _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
     for k in ("kl", "kl_old", "clipped", "tokens", "loss"):
         stats[k] = sum(s[k] for s in summed)
     return stats
+
+
+@dataclass
+class Step:
+    """What one step (step) did: every sample, prompt by prompt, its reward and advantage."""
+    samples: list      # policy.generate's samples, G per prompt in prompt order (P * G)
+    rewards: list      # (P * G) floats
+    adv: torch.Tensor  # (P, G)
+    stats: dict        # train_step's
+    seconds: dict      # sample, reward, update
+
+
+def step(cfg, model, smp, tok, ref_logprobs, opt, messages, reward_fn, world):
+    """One GRPO step on this rank's prompts: `crl_samples` (G) samples of each message
+    (policy.generate through the sampler smp), their rewards from reward_fn(samples) -> one
+    float per sample, in order (judging kernels, for Stage 3: the algorithm does not know the
+    task), group-relative advantages, the update -> Step."""
+    G = cfg["crl_samples"]
+    t0 = time.time()
+    samples = [s for group in policy.generate(smp, tok, messages, cfg, n=G, progress=False) for s in group]
+    t1 = time.time()
+    rewards = [float(r) for r in reward_fn(samples)]
+    t2 = time.time()
+    adv = group_advantages([rewards[g * G:(g + 1) * G] for g in range(len(messages))],
+                           cfg["reward_clip"], not cfg["dr_grpo"])                         # (P, G)
+    rollouts = [Rollout(s.prompt_ids, s.ids, float(a)) for s, a in zip(samples, adv.reshape(-1))]
+    stats = train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
+    return Step(samples, rewards, adv, stats, dict(sample=t1 - t0, reward=t2 - t1, update=time.time() - t2))
