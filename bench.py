@@ -9,6 +9,7 @@
     python bench.py --what=load --backend=cpu  # the seeds quiet, then with one core kept busy
     python bench.py --what=policy --shapes=1.5b,7b --modes=full,lora    # one GPU
     torchrun --nproc_per_node=2 bench.py --what=policy --shapes=7b --modes=fsdp
+    python bench.py --what=step --backend=cuda --shapes=1.5b,7b --modes=full,lora  # one Stage 3 step
 
 Policy: for each model shape (random weights in Qwen2.5 shapes, nothing downloaded) and
 training mode (full fine-tuning, LoRA, FSDP2 under torchrun), one Stage 3 step's work:
@@ -449,7 +450,96 @@ def policy_bench(cfg):
     return rows
 
 
+def step_bench(cfg):
+    """One Stage 3 step at real size, end to end (grpo.step: sampling, judging through the
+    Evaluator, the update), for each shape and mode, the second of two steps (the first
+    captures the sampler's graphs and grows the allocator); -> its rows. Random weights write
+    no code, so the step's own judging is empty (and its rewards random, so that the update
+    has work): the step's candidates are costed at the rate this Evaluator judges the
+    built-in seeds (compiled, checked, timed), measured here. The three parts run one after
+    another (nothing overlaps): the step is their sum."""
+    import torch
+    import common
+    import grpo
+    import policy
+    import prompts
+    import sampler
+    rank, world, cfg = common.dist_setup(cfg)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    backend = kernels.pick_backend(cfg["backend"])
+    language = config.pick_language(cfg["language"], backend)
+    pairs = seed_pairs(dict(cfg, backend=backend), language)
+    t0 = time.time()
+    with kernels.Evaluator(cfg, time_candidates=True, progress=False) as ev:
+        judged = ev.evaluate(pairs)
+    per_s = len(judged) / (time.time() - t0)
+    P, G = cfg["crl_tasks_per_step"], cfg["crl_samples"]
+    say(f"\nstep: {P} tasks x {G} samples x {cfg['max_new_tokens']} new tokens per rank, world {world}; "
+        f"judging: {len(judged)} seeds in {len(judged) / per_s:.1f} s ({60 * per_s:.1f} a minute, "
+        f"{sum(v.ok for v in judged)} ok), a step's {P * G * world} candidates ~{P * G * world / per_s:.1f} s")
+    say(f"{'shape':6s} {'mode':5s} {'sample s':>8s} {'tok/s':>7s} {'judge s':>7s} {'update s':>8s} {'step s':>7s} "
+        f"{'judging real':>12s} {'step with it':>12s}")
+    tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
+    mine = [tasks[i % len(tasks)] for i in range(P)]
+    rows = []
+    for shape in [x.strip() for x in cfg["shapes"].split(",") if x.strip()]:
+        for mode in [x.strip() for x in cfg["modes"].split(",") if x.strip()]:
+            if (mode == "fsdp") != (world > 1):
+                continue
+            c = dict(cfg, model="" if shape == "tiny" else f"random:{shape}", fsdp=mode == "fsdp",
+                     lora_rank=cfg["lora_rank"] or 64 if mode == "lora" else 0, temperature=cfg["crl_temperature"])
+            row = dict(shape=shape, mode=mode)
+            model = ref = opt = smp = None
+            try:
+                model, tok = policy.load(c, train=True)
+                ref = policy.reference(c, model, c["model"])  # as crl.py: the frozen start, then FSDP2
+                model = policy.prepare(model, c, world)
+                opt = policy.optimizer(model, c["crl_lr"], c)
+                smp = sampler.Sampler(policy.unwrap(model), c)
+                msgs = [prompts.task_prompt(t.code, language) for t in mine]
+                with kernels.Evaluator(c, time_candidates=True, progress=False) as ev:
+                    gen = torch.Generator().manual_seed(0)
+
+                    def reward(samples):  # as Stage 3's (the speedup, 0 for a failure), and a random
+                        # stand-in where there is no code (all of them, with random weights), so
+                        # that the groups' rewards differ and the update has work to do
+                        codes = [prompts.parse_response(s.text).code for s in samples]
+                        todo = [(t, code) for t, code in zip([t for t in mine for _ in range(G)], codes) if code]
+                        verdicts, out = iter(ev.evaluate(todo, progress=False) if todo else []), []
+                        for code in codes:
+                            v = next(verdicts) if code else None
+                            out.append(float(torch.rand(1, generator=gen)) if v is None else v.speedup if v.ok else 0.0)
+                        return out
+                    res = [grpo.step(c, model, smp, tok, ref, opt, msgs, reward, world) for _ in range(2)][-1]
+                sec = res.seconds
+                row.update(gen_s=sec["sample"], eval_s=sec["reward"], update_s=sec["update"], update_tokens=res.stats["tokens"],
+                           tok_s=sum(len(s.ids) for s in res.samples) / max(1e-9, sec["sample"]))
+                row["step_s"] = sum(sec.values())
+                row["judge_real_s"] = P * G * world / per_s
+                row["step_real_s"] = sec["sample"] + row["judge_real_s"] + sec["update"]
+            except torch.OutOfMemoryError:
+                row["oom"] = True
+            del model, ref, opt, smp
+            rows.append(row)
+            f = lambda k, w: format(row[k], f"{w}.2f") if k in row else format("OOM" if row.get("oom") else "-", f">{w}")
+            say(f"{shape:6s} {mode:5s} {f('gen_s', 8)} {f('tok_s', 7)} {f('eval_s', 7)} {f('update_s', 8)} "
+                f"{f('step_s', 7)} {f('judge_real_s', 12)} {f('step_real_s', 12)}", flush=True)
+    say("(nothing overlaps: a step is sampling, then judging, then the update)")
+    common.dist_teardown()
+    return dict(judge_per_min=60 * per_s, seeds=len(judged), rows=rows)
+
+
 def run(cfg):
+    if cfg["what"] == "step":
+        import torch
+        dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"{os.cpu_count()}-core CPU"
+        res = dict(device=dev, torch=torch.__version__, config=cfg, **step_bench(cfg))
+        if int(os.environ.get("RANK", "0")) == 0:
+            path = os.path.join(cfg["out"], "bench", f"step-{os.environ.get('WORLD_SIZE', '1')}gpu.json")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            json.dump(res, open(path, "w"), indent=1)
+            print(f"results: {path}")
+        return
     if cfg["what"] == "policy":
         import torch
         dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"{os.cpu_count()}-core CPU"
@@ -461,7 +551,7 @@ def run(cfg):
             print(f"results: {path}")
         return
     if cfg["what"] not in ("throughput", "stability", "all", "gpus", "sandbox", "load"):
-        raise ValueError(f"--what is throughput, stability, all, gpus, sandbox, load or policy, not {cfg['what']!r}")
+        raise ValueError(f"--what is throughput, stability, all, gpus, sandbox, load, policy or step, not {cfg['what']!r}")
     backend = kernels.pick_backend(cfg["backend"])  # the device
     cfg["backend"] = backend
     pairs = seed_pairs(cfg, config.pick_language(cfg["language"], backend))

@@ -146,8 +146,8 @@ SETTINGS = {
                                       "beside ours: audit (solutions with published speedups) | always | never"),
     )),
     "bench": ("bench.py", dict(
-        what=("all", "throughput | stability | all | gpus | sandbox | load | policy"),
-        shapes=("0.5b,1.5b", "policy: model shapes, random weights (0.5b 1.5b 3b 7b 14b 32b)"),
+        what=("all", "throughput | stability | all | gpus | sandbox | load | policy | step"),
+        shapes=("0.5b,1.5b", "policy, step: model shapes, random weights (0.5b 1.5b 3b 7b 14b 32b; step: also tiny)"),
         modes=("full,lora", "policy: full | lora | fsdp (fsdp under torchrun)"),
         bench_prompts=(8, "policy: prompts per step (each sampled crl_samples times)"),
         bench_gen_batches=("", "policy: also sample at these batch sizes (comma list, e.g. 32,128,256), "
@@ -177,7 +177,7 @@ def pick_language(language, device):
 
 CHOICES = dict(backend=("auto", "cuda", "cpu"), language=("auto",) + tuple(LANGUAGES), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
                grad_ckpt=("auto", "on", "off"), sampler=("auto", "hf"), exemplars=("bucket", "random"),
-               baseline=("eager", "compile"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy"))
+               baseline=("eager", "compile"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy", "step"))
 AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_runs", "tiny_dim", "tiny_layers",
                 "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",
                 "epochs", "batch_size", "grad_accum", "ckpt_every", "log_every", "st_epochs", "crl_steps",

@@ -1318,6 +1318,21 @@ def test_bench_takes_release_records_that_bring_their_own_tasks(tmp_path, tasks)
     assert bench.seed_pairs(config.parse([f"--solutions={path}"]), "cuda") == []  # another language
 
 
+def test_bench_step_times_a_stage3_step_and_costs_its_judging(cache, tmp_path):
+    """bench.py --what=step runs grpo.step twice with the tiny model, full and LoRA (an update
+    with work to do), and prints each part's seconds, with the judging of real candidates (the
+    seeds) beside them."""
+    out = run_script("bench.py", ["--what=step", "--shapes=tiny", "--modes=full,lora", "--crl_tasks_per_step=2",
+                                  "--crl_samples=2", "--max_new_tokens=16", "--gen_batch=4", "--backend=cpu",
+                                  "--only=gelu", f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false",
+                                  "--timing_rounds=2", "--round_seconds=0.05"])
+    assert "judging: 2 seeds in" in out and "2 ok" in out and "nothing overlaps" in out, out
+    res = json.load(open(os.path.join(tmp_path, "bench", "step-1gpu.json")))
+    assert [(r["shape"], r["mode"]) for r in res["rows"]] == [("tiny", "full"), ("tiny", "lora")], res["rows"]
+    for r in res["rows"]:
+        assert r["tok_s"] > 0 and r["update_tokens"] > 0 and r["step_real_s"] >= r["judge_real_s"] > 0, r
+
+
 def test_bench_commands_print_their_tables(cache, tmp_path):
     """The README's bench.py commands (throughput, stability, sandbox) on one CPU task's two
     seeds with short timing: each prints its table and writes its JSON; every seed is ok."""
