@@ -530,22 +530,13 @@ def step_bench(cfg):
 
 
 def run(cfg):
-    if cfg["what"] == "step":
+    if cfg["what"] in ("policy", "step"):  # the policy's benchmarks: per GPU count, not per backend
         import torch
         dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"{os.cpu_count()}-core CPU"
-        res = dict(device=dev, torch=torch.__version__, config=cfg, **step_bench(cfg))
+        res = dict(device=dev, torch=torch.__version__, config=cfg,
+                   **(dict(rows=policy_bench(cfg)) if cfg["what"] == "policy" else step_bench(cfg)))
         if int(os.environ.get("RANK", "0")) == 0:
-            path = os.path.join(cfg["out"], "bench", f"step-{os.environ.get('WORLD_SIZE', '1')}gpu.json")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            json.dump(res, open(path, "w"), indent=1)
-            print(f"results: {path}")
-        return
-    if cfg["what"] == "policy":
-        import torch
-        dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"{os.cpu_count()}-core CPU"
-        res = dict(device=dev, torch=torch.__version__, config=cfg, rows=policy_bench(cfg))
-        if int(os.environ.get("RANK", "0")) == 0:
-            path = os.path.join(cfg["out"], "bench", f"policy-{os.environ.get('WORLD_SIZE', '1')}gpu.json")
+            path = os.path.join(cfg["out"], "bench", f"{cfg['what']}-{os.environ.get('WORLD_SIZE', '1')}gpu.json")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             json.dump(res, open(path, "w"), indent=1)
             print(f"results: {path}")
