@@ -257,18 +257,19 @@ def one_step(r, step):
     rng = random.Random(cfg["seed"] * 7919 + step * 131 + r.rank)
     shown = [exemplars.pick_exemplars(r.db, t, cfg, rng) for t in mine]
     msgs = [prompts.task_prompt(t.code, r.ev.language, ex) for t, ex in zip(mine, shown)]
+    each = [t for t in mine for _ in range(G)]  # the task of every sample, in order
     judged = {}
 
     def reward(samples):  # judge (each new variant enters the database): reward = speedup, 0 for a failure
         judged["parsed"] = [prompts.parse_response(s.text) for s in samples]
-        judged["rows"] = rows = judge_samples(r.ev, r.db, [(t, p.code) for t, p in zip(
-            [t for t in mine for _ in range(G)], judged["parsed"])], step, "crl")
+        judged["rows"] = rows = judge_samples(r.ev, r.db, [(t, p.code) for t, p in zip(each, judged["parsed"])],
+                                              step, "crl")
         new = [row for part in common.all_gather([dict(row, new=False) for row in rows if row and row["new"]], r.world)
                for row in part]
         judged["added"] = r.db.add(new, write=r.rank == 0)  # a variant sampled twice in a step is one new variant
         return [row["speedup"] if row and row["status"] == "ok" else 0.0 for row in rows]
     res = grpo.step(cfg, r.model, r.sampler, r.tok, r.ref_logprobs, r.opt, msgs, reward, r.world)
-    flat = [(t, s) for t, s in zip([t for t in mine for _ in range(G)], res.samples)]
+    flat = list(zip(each, res.samples))
     parsed, rows, added, rewards, st = judged["parsed"], judged["rows"], judged["added"], res.rewards, res.stats
     skipped = int((res.adv == 0).all(dim=1).sum())
     if step % cfg["dump_every"] == 0 or step == 1:  # reading rollouts is the main debugging tool

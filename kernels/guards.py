@@ -180,13 +180,13 @@ def remember_builds(folder):
     def wrap(fn):
         def build(*args, **kwargs):
             sources = kwargs.get("sources", args[1] if fn.__name__ == "load" and len(args) > 1 else None)
-            files = _source_files([sources] if isinstance(sources, str) else sources or [])
+            paths = [sources] if isinstance(sources, str) else list(sources or [])
+            files = _source_files(paths)
             key = repr((fn.__name__, args, sorted(kwargs.items()), files, os.environ.get("TORCH_CUDA_ARCH_LIST")))
             # each job has a work folder of its own, and some write their sources into a fresh
             # temporary folder (tempfile.mkdtemp) at every import: where the sources are is no part of it
-            for d in sorted({os.path.dirname(os.path.abspath(p)) for p in (
-                    [sources] if isinstance(sources, str) else sources or []) if isinstance(p, str)} | {os.getcwd()},
-                    key=len, reverse=True):
+            for d in sorted({os.path.dirname(os.path.abspath(p)) for p in paths if isinstance(p, str)} | {os.getcwd()},
+                            key=len, reverse=True):
                 key = key.replace(d, "<folder>")
             memo = os.path.join(folder, "memo-" + hashlib.sha256(key.encode()).hexdigest()[:24])
             if os.path.exists(memo + ".txt"):
