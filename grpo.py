@@ -149,7 +149,7 @@ def _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
 
 @dataclass
 class Step:
-    """What one step (step) did: every sample, prompt by prompt, its reward and advantage."""
+    """What one call of step() did: every sample, prompt by prompt, its reward and advantage."""
     samples: list      # policy.generate's samples, G per prompt in prompt order (P * G)
     rewards: list      # (P * G) floats
     adv: torch.Tensor  # (P, G)
