@@ -917,6 +917,9 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
             status, _, reasons = meta["EXPECT"].partition("/")
             if v.status != status or (reasons and v.reason not in reasons.split("|")):
                 failures.append(f"{os.path.basename(f)}: expected {meta['EXPECT']}, got {v.status}/{v.reason}: {v.message}")
+            elif v.seconds.get("run", 0.0) > meta.get("MAX_RUN_S", float("inf")):
+                failures.append(f"{os.path.basename(f)}: its job ran {v.seconds['run']:.1f} s, over the "
+                                f"{meta['MAX_RUN_S']} s a hang of its kind may cost")
             elif v.ok and v.speedup > meta.get("MAX_SPEEDUP", float("inf")):
                 failures.append(f"{os.path.basename(f)}: speedup {v.speedup:.2f}, above the {meta['MAX_SPEEDUP']} it "
                                 f"can earn honestly")

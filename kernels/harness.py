@@ -28,6 +28,7 @@ from .verdicts import Reject, fresh_seed
 # The first candidate call's deadline, in call limits (Harness.calling).
 FIRST_CALL = 3
 CONV = os.path.join(guards.TORCH_DIR, "nn", "modules", "conv.py")  # where cuDNN searches, seen from Python
+SEARCH = 4  # a first call inside that search may last this many first-call limits (60 s by default)
 # Host memory the reference models built ahead (Harness.prebuild) may take per worker.
 PREBUILD_BYTES = 2 << 30
 
@@ -130,7 +131,7 @@ class Harness:
         # The GPU gate (gate.py): pause points between candidate calls while checking, the
         # GPU alone while timing. Open (no waiting) where a worker has its device alone.
         self.gate = job.get("gate") or gate.Open()
-        self.call_limit, self.in_call, self.called, self.first_call = None, False, False, False
+        self.call_limit, self.in_call, self.called, self.first_call, self.call_start = None, False, False, False, 0.0
         self.left = []  # the candidate's threads still running when its last forward returned
         self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
         self.spots = ([], 0)  # timed calls kept for the spot check (timing.py), of how many
@@ -300,10 +301,12 @@ class Harness:
                 # the call's own limit from now, never less than two of these looks
                 more = max(self.call_limit * (FIRST_CALL if self.first_call else 1), 2.0)
                 # and so is cuDNN's search for its convolution algorithms (cudnn.benchmark)
-                # in the candidate's first call: tens of seconds for a deep network's shapes
+                # in the candidate's first call: tens of seconds for a deep network's shapes, up
+                # to SEARCH first-call limits in all (a hang dressed as convolutions ends there)
+                left = self.call_start + SEARCH * FIRST_CALL * self.call_limit - time.monotonic()
                 if self.in_call and self.first_call and f is not None and f.f_code.co_filename == CONV \
-                        and benchmark():
-                    self.notify(more)
+                        and benchmark() and left > 0:
+                    self.notify(min(more, left))
                 while self.in_call and f is not None:
                     if f.f_code.co_filename.startswith(guards.COMPILERS):
                         self.notify(more)
@@ -320,7 +323,7 @@ class Harness:
         # the first call may build, compile or autotune (cuDNN's search for a 3-D convolution):
         # FIRST_CALL times the limit; a hang there costs that much once
         self.notify(self.call_limit * (1 if self.called else FIRST_CALL))
-        self.first_call = not self.called
+        self.first_call, self.call_start = not self.called, time.monotonic()
         self.in_call, self.called = True, True
         try:
             yield
