@@ -499,6 +499,9 @@ class _TimedHarness:
     def clock(self):
         return self.t
 
+    def baseline(self, ref):
+        return ref
+
     def inputs(self, seed=None, fenced=False):
         return [torch.full((4,), float(kernels.verdicts.fresh_seed() if seed is None else seed))]
 

@@ -32,7 +32,7 @@ def measure(h, ref, new, tol):
     """-> (reference ms, candidate ms, spread): medians of per-call times less the timer's
     own cost; spread is the relative range of the speedups of the first, middle and last
     third of the pairs. Raises Reject when an output disagrees with the reference's."""
-    ref_fn = h.ref_compiled if h.cfg["baseline"] == "compile" else ref
+    ref_fn = h.baseline(ref)
     flush = timing.flush_buffer(h)
 
     def call(fn, xs):
@@ -98,7 +98,7 @@ def confirm_job(job):
             h.forward(new, xs, "before the second measurement")
             h.gate.pause_point()
             with h.reference_flags():
-                (h.ref_compiled if h.cfg["baseline"] == "compile" else ref)(*xs)
+                h.baseline(ref)(*xs)
             h.sync()
             del xs
             h.gate.pause_point()

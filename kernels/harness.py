@@ -177,6 +177,10 @@ class Harness:
             self.built.setdefault(seed, []).append(m)
             size += sum(t.numel() * t.element_size() for t in list(m.parameters()) + list(m.buffers()))
 
+    def baseline(self, ref):
+        """The reference as it is timed: its torch.compile'd form under --baseline=compile."""
+        return self.ref_compiled if self.cfg["baseline"] == "compile" else ref
+
     def run_reference(self):
         """Load the task (unless done) and call its reference once on the device (which
         also warms its libraries up) -> (model, inputs, output, milliseconds of that first call)."""

@@ -153,7 +153,7 @@ def run_timing(h, ref, new):
     cfg = h.cfg
     # --baseline=compile: the reference compiled before the candidate loaded (harness.py);
     # same seed, so the same weights as `ref`
-    ref_fn = h.ref_compiled if cfg["baseline"] == "compile" else ref
+    ref_fn = h.baseline(ref)
     # fenced as the checks' inputs are (harness.inputs): the storage a candidate is handed looks
     # the same in both phases
     x0 = h.inputs(fenced=True)
