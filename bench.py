@@ -336,6 +336,17 @@ def sampling_limit(n_params, layers, kv_dim, batch, prompt, new, bandwidth, nbyt
     return batch / step
 
 
+def policy_configs(cfg, world):
+    """(shape, mode, the settings of that model) for each of --shapes and --modes: random
+    weights in that shape (`tiny`: the built-in model), LoRA or FSDP2 (under torchrun only)."""
+    for shape in [x.strip() for x in cfg["shapes"].split(",") if x.strip()]:
+        for mode in [x.strip() for x in cfg["modes"].split(",") if x.strip()]:
+            if (mode == "fsdp") == (world > 1):  # fsdp runs under torchrun, the others on one process
+                yield shape, mode, dict(cfg, model="" if shape == "tiny" else f"random:{shape}", fsdp=mode == "fsdp",
+                                        lora_rank=cfg["lora_rank"] or 64 if mode == "lora" else 0,
+                                        temperature=cfg["crl_temperature"])
+
+
 def policy_bench(cfg):
     """The table of the module docstring; -> its rows."""
     import torch
@@ -358,94 +369,89 @@ def policy_bench(cfg):
     batches = [int(x) for x in str(cfg["bench_gen_batches"]).split(",") if x.strip()]
     say(f"{'shape':6s} {'mode':5s} {'params':>7s} {'train':>7s} {'tok/s 1st':>9s} {'tok/s':>7s} {'limit':>7s} "
         f"{'GB sample':>9s} {'update s':>8s} {'MFU':>5s} {'GB update':>9s}")
-    for shape in [x.strip() for x in cfg["shapes"].split(",") if x.strip()]:
-        for mode in [x.strip() for x in cfg["modes"].split(",") if x.strip()]:
-            if (mode == "fsdp") != (world > 1):
-                continue  # fsdp runs under torchrun, the others on one process
-            c = dict(cfg, model=f"random:{shape}", lora_rank=cfg["lora_rank"] or 64 if mode == "lora" else 0,
-                     fsdp=mode == "fsdp", temperature=cfg["crl_temperature"])
-            row = dict(shape=shape, mode=mode)
-            model = smp = ref = opt = None
-            try:
+    for shape, mode, c in policy_configs(cfg, world):
+        row = dict(shape=shape, mode=mode)
+        model = smp = ref = opt = None
+        try:
+            if cuda:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            model, tok = policy.load(c, train=True)
+            model = policy.prepare(model, c, world)
+            row["params"] = policy.count_params(model)
+            row["trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            smp = sampler.Sampler(policy.unwrap(model), c)
+            for key in ("tok_s_first", "tok_s"):
+                sync()
+                t0 = time.time()
+                outs = policy.generate(smp, tok, msgs, c, n=c["crl_samples"], progress=False)
+                sync()
+                row[key] = sum(len(s.ids) for g in outs for s in g) / (time.time() - t0)
+            row["gb_sample"] = peak()
+            # each decode step reads the sampler's bf16 copy of every weight (LoRA merged in)
+            # but an untied input embedding, of which it reads one row per sequence
+            lm = policy.unwrap(model)
+            emb, head = lm.get_input_embeddings().weight, lm.get_output_embeddings().weight
+            n_all = sum(p.numel() for k, p in lm.named_parameters() if "lora_" not in k) \
+                - (0 if emb is head else emb.numel())
+            n_mm, layers, d, kv_dim = shape_of(lm)
+            mean = lambda xs: sum(xs) / max(1, len(xs))
+            prompt = mean([len(s.prompt_ids) for g in outs for s in g])
+            new_tok = mean([len(s.ids) for g in outs for s in g])
+            limit = lambda b: sampling_limit(n_all, layers, kv_dim, b, prompt, new_tok, bandwidth) if bandwidth else None
+            row["limit"] = limit(c["gen_batch"])
+            row["batches"] = {}
+            for b in batches:  # another batch size: as many samples per prompt as fill a batch
+                smp = None  # its cache is sized for one batch size: a new sampler (the old freed first)
                 if cuda:
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats()
-                model, tok = policy.load(c, train=True)
-                model = policy.prepare(model, c, world)
-                row["params"] = policy.count_params(model)
-                row["trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-                smp = sampler.Sampler(policy.unwrap(model), c)
-                for key in ("tok_s_first", "tok_s"):
+                cb = dict(c, gen_batch=b)
+                smp = sampler.Sampler(lm, cb)
+                n = max(1, -(-b // len(msgs)))
+                for _ in range(2):  # the first call captures this batch size's CUDA graphs
                     sync()
                     t0 = time.time()
-                    outs = policy.generate(smp, tok, msgs, c, n=c["crl_samples"], progress=False)
+                    o = policy.generate(smp, tok, msgs, cb, n=n, progress=False)
                     sync()
-                    row[key] = sum(len(s.ids) for g in outs for s in g) / (time.time() - t0)
-                row["gb_sample"] = peak()
-                # each decode step reads the sampler's bf16 copy of every weight (LoRA merged in)
-                # but an untied input embedding, of which it reads one row per sequence
-                lm = policy.unwrap(model)
-                emb, head = lm.get_input_embeddings().weight, lm.get_output_embeddings().weight
-                n_all = sum(p.numel() for k, p in lm.named_parameters() if "lora_" not in k) \
-                    - (0 if emb is head else emb.numel())
-                n_mm, layers, d, kv_dim = shape_of(lm)
-                mean = lambda xs: sum(xs) / max(1, len(xs))
-                prompt = mean([len(s.prompt_ids) for g in outs for s in g])
-                new_tok = mean([len(s.ids) for g in outs for s in g])
-                limit = lambda b: sampling_limit(n_all, layers, kv_dim, b, prompt, new_tok, bandwidth) if bandwidth else None
-                row["limit"] = limit(c["gen_batch"])
-                row["batches"] = {}
-                for b in batches:  # another batch size: as many samples per prompt as fill a batch
-                    smp = None  # its cache is sized for one batch size: a new sampler (the old freed first)
-                    if cuda:
-                        torch.cuda.empty_cache()
-                        torch.cuda.reset_peak_memory_stats()
-                    cb = dict(c, gen_batch=b)
-                    smp = sampler.Sampler(lm, cb)
-                    n = max(1, -(-b // len(msgs)))
-                    for _ in range(2):  # the first call captures this batch size's CUDA graphs
-                        sync()
-                        t0 = time.time()
-                        o = policy.generate(smp, tok, msgs, cb, n=n, progress=False)
-                        sync()
-                        rate = sum(len(s.ids) for g in o for s in g) / (time.time() - t0)
-                    row["batches"][b] = dict(tok_s=rate, limit=limit(b), gb=peak())
-                    del o
-                smp = None
-                if cuda:
-                    torch.cuda.reset_peak_memory_stats()
-                ref = policy.reference(c, model, c["model"])
-                opt = policy.optimizer(model, 1e-6, c)
-                gen = torch.Generator().manual_seed(0)
-                rollouts = [grpo.Rollout(s.prompt_ids, s.ids, float(torch.randn(1, generator=gen)))
-                            for g in outs for s in g]
-                times = []
-                for _ in range(2):  # the first pays one-time costs (the allocator's growth, first loads): the second counts
-                    sync()
-                    t0 = time.time()
-                    grpo.train_step(c, model, ref, opt, tok, rollouts, world)
-                    sync()
-                    times.append(time.time() - t0)
-                row["update_s_first"], row["update_s"] = times
-                row["gb_update"] = peak()
-                lengths = [len(r.prompt_ids) + len(r.ids) for r in rollouts if r.adv != 0.0]
-                row["update_tflop"] = update_flops(n_mm, layers, d, lengths, c["ppo_epochs"], c["lora_rank"] > 0,
-                                                   c["beta"] > 0) / 1e12
-                if flops_peak:
-                    row["mfu"] = row["update_tflop"] * 1e12 / row["update_s"] / (flops_peak * world)
-            except torch.OutOfMemoryError:
-                row["oom"] = True
-            del model, smp, ref, opt
-            rows.append(row)
-            f = lambda k, spec: format(row[k], spec) if k in row else ("OOM" if row.get("oom") else "-")
-            say(f"{shape:6s} {mode:5s} {f('params', '7.2e')} {f('trainable', '7.2e')} {f('tok_s_first', '9.0f')} "
-                f"{f('tok_s', '7.0f')} {f('limit', '7.0f') if row.get('limit') else '-':>7s} {f('gb_sample', '9.1f')} "
-                f"{f('update_s', '8.1f')} {format(row['mfu'], '5.1%') if 'mfu' in row else '-':>5s} "
-                f"{f('gb_update', '9.1f')}", flush=True)
-            for b, r in row.get("batches", {}).items():
-                say(f"{'':6s} {'':5s} sampling at gen_batch {b}: {r['tok_s']:,.0f} tok/s"
-                    + (f", memory-bound limit {r['limit']:,.0f} ({r['tok_s'] / r['limit']:.0%})" if r["limit"] else "")
-                    + f", peak {r['gb']:.1f} GB", flush=True)
+                    rate = sum(len(s.ids) for g in o for s in g) / (time.time() - t0)
+                row["batches"][b] = dict(tok_s=rate, limit=limit(b), gb=peak())
+                del o
+            smp = None
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            ref = policy.reference(c, model, c["model"])
+            opt = policy.optimizer(model, 1e-6, c)
+            gen = torch.Generator().manual_seed(0)
+            rollouts = [grpo.Rollout(s.prompt_ids, s.ids, float(torch.randn(1, generator=gen)))
+                        for g in outs for s in g]
+            times = []
+            for _ in range(2):  # the first pays one-time costs (the allocator's growth, first loads): the second counts
+                sync()
+                t0 = time.time()
+                grpo.train_step(c, model, ref, opt, tok, rollouts, world)
+                sync()
+                times.append(time.time() - t0)
+            row["update_s_first"], row["update_s"] = times
+            row["gb_update"] = peak()
+            lengths = [len(r.prompt_ids) + len(r.ids) for r in rollouts if r.adv != 0.0]
+            row["update_tflop"] = update_flops(n_mm, layers, d, lengths, c["ppo_epochs"], c["lora_rank"] > 0,
+                                               c["beta"] > 0) / 1e12
+            if flops_peak:
+                row["mfu"] = row["update_tflop"] * 1e12 / row["update_s"] / (flops_peak * world)
+        except torch.OutOfMemoryError:
+            row["oom"] = True
+        del model, smp, ref, opt
+        rows.append(row)
+        f = lambda k, spec: format(row[k], spec) if k in row else ("OOM" if row.get("oom") else "-")
+        say(f"{shape:6s} {mode:5s} {f('params', '7.2e')} {f('trainable', '7.2e')} {f('tok_s_first', '9.0f')} "
+            f"{f('tok_s', '7.0f')} {f('limit', '7.0f') if row.get('limit') else '-':>7s} {f('gb_sample', '9.1f')} "
+            f"{f('update_s', '8.1f')} {format(row['mfu'], '5.1%') if 'mfu' in row else '-':>5s} "
+            f"{f('gb_update', '9.1f')}", flush=True)
+        for b, r in row.get("batches", {}).items():
+            say(f"{'':6s} {'':5s} sampling at gen_batch {b}: {r['tok_s']:,.0f} tok/s"
+                + (f", memory-bound limit {r['limit']:,.0f} ({r['tok_s'] / r['limit']:.0%})" if r["limit"] else "")
+                + f", peak {r['gb']:.1f} GB", flush=True)
     common.dist_teardown()
     return rows
 
@@ -481,49 +487,45 @@ def step_bench(cfg):
         f"{'judging real':>12s} {'step with it':>12s}")
     tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
     mine = [tasks[i % len(tasks)] for i in range(P)]
+    each = [t for t in mine for _ in range(G)]  # the task of every sample, in order
     rows = []
-    for shape in [x.strip() for x in cfg["shapes"].split(",") if x.strip()]:
-        for mode in [x.strip() for x in cfg["modes"].split(",") if x.strip()]:
-            if (mode == "fsdp") != (world > 1):
-                continue
-            c = dict(cfg, model="" if shape == "tiny" else f"random:{shape}", fsdp=mode == "fsdp",
-                     lora_rank=cfg["lora_rank"] or 64 if mode == "lora" else 0, temperature=cfg["crl_temperature"])
-            row = dict(shape=shape, mode=mode)
-            model = ref = opt = smp = None
-            try:
-                model, tok = policy.load(c, train=True)
-                ref = policy.reference(c, model, c["model"])  # as crl.py: the frozen start, then FSDP2
-                model = policy.prepare(model, c, world)
-                opt = policy.optimizer(model, c["crl_lr"], c)
-                smp = sampler.Sampler(policy.unwrap(model), c)
-                msgs = [prompts.task_prompt(t.code, language) for t in mine]
-                with kernels.Evaluator(c, time_candidates=True, progress=False) as ev:
-                    gen = torch.Generator().manual_seed(0)
+    for shape, mode, c in policy_configs(cfg, world):
+        row = dict(shape=shape, mode=mode)
+        model = ref = opt = smp = None
+        try:
+            model, tok = policy.load(c, train=True)
+            ref = policy.reference(c, model, c["model"])  # as crl.py: the frozen start, then FSDP2
+            model = policy.prepare(model, c, world)
+            opt = policy.optimizer(model, c["crl_lr"], c)
+            smp = sampler.Sampler(policy.unwrap(model), c)
+            msgs = [prompts.task_prompt(t.code, language) for t in mine]
+            with kernels.Evaluator(c, time_candidates=True, progress=False) as ev:
+                gen = torch.Generator().manual_seed(0)
 
-                    def reward(samples):  # as Stage 3's (the speedup, 0 for a failure), and a random
-                        # stand-in where there is no code (all of them, with random weights), so
-                        # that the groups' rewards differ and the update has work to do
-                        codes = [prompts.parse_response(s.text).code for s in samples]
-                        todo = [(t, code) for t, code in zip([t for t in mine for _ in range(G)], codes) if code]
-                        verdicts, out = iter(ev.evaluate(todo, progress=False) if todo else []), []
-                        for code in codes:
-                            v = next(verdicts) if code else None
-                            out.append(float(torch.rand(1, generator=gen)) if v is None else v.speedup if v.ok else 0.0)
-                        return out
-                    res = [grpo.step(c, model, smp, tok, ref, opt, msgs, reward, world) for _ in range(2)][-1]
-                sec = res.seconds
-                row.update(gen_s=sec["sample"], eval_s=sec["reward"], update_s=sec["update"], update_tokens=res.stats["tokens"],
-                           tok_s=sum(len(s.ids) for s in res.samples) / max(1e-9, sec["sample"]))
-                row["step_s"] = sum(sec.values())
-                row["judge_real_s"] = P * G * world / per_s
-                row["step_real_s"] = sec["sample"] + row["judge_real_s"] + sec["update"]
-            except torch.OutOfMemoryError:
-                row["oom"] = True
-            del model, ref, opt, smp
-            rows.append(row)
-            f = lambda k, w: format(row[k], f"{w}.2f") if k in row else format("OOM" if row.get("oom") else "-", f">{w}")
-            say(f"{shape:6s} {mode:5s} {f('gen_s', 8)} {f('tok_s', 7)} {f('eval_s', 7)} {f('update_s', 8)} "
-                f"{f('step_s', 7)} {f('judge_real_s', 12)} {f('step_real_s', 12)}", flush=True)
+                def reward(samples):  # as Stage 3's (the speedup, 0 for a failure), and a random
+                    # stand-in where there is no code (all of them, with random weights), so
+                    # that the groups' rewards differ and the update has work to do
+                    codes = [prompts.parse_response(s.text).code for s in samples]
+                    todo = [(t, code) for t, code in zip(each, codes) if code]
+                    verdicts, out = iter(ev.evaluate(todo, progress=False) if todo else []), []
+                    for code in codes:
+                        v = next(verdicts) if code else None
+                        out.append(float(torch.rand(1, generator=gen)) if v is None else v.speedup if v.ok else 0.0)
+                    return out
+                res = [grpo.step(c, model, smp, tok, ref, opt, msgs, reward, world) for _ in range(2)][-1]
+            sec = res.seconds
+            row.update(gen_s=sec["sample"], eval_s=sec["reward"], update_s=sec["update"], update_tokens=res.stats["tokens"],
+                       tok_s=sum(len(s.ids) for s in res.samples) / max(1e-9, sec["sample"]))
+            row["step_s"] = sum(sec.values())
+            row["judge_real_s"] = P * G * world / per_s
+            row["step_real_s"] = sec["sample"] + row["judge_real_s"] + sec["update"]
+        except torch.OutOfMemoryError:
+            row["oom"] = True
+        del model, ref, opt, smp
+        rows.append(row)
+        f = lambda k, w: format(row[k], f"{w}.2f") if k in row else format("OOM" if row.get("oom") else "-", f">{w}")
+        say(f"{shape:6s} {mode:5s} {f('gen_s', 8)} {f('tok_s', 7)} {f('eval_s', 7)} {f('update_s', 8)} "
+            f"{f('step_s', 7)} {f('judge_real_s', 12)} {f('step_real_s', 12)}", flush=True)
     say("(nothing overlaps: a step is sampling, then judging, then the update)")
     common.dist_teardown()
     return dict(judge_per_min=60 * per_s, seeds=len(judged), rows=rows)

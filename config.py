@@ -147,7 +147,7 @@ SETTINGS = {
     )),
     "bench": ("bench.py", dict(
         what=("all", "throughput | stability | all | gpus | sandbox | load | policy | step"),
-        shapes=("0.5b,1.5b", "policy, step: model shapes, random weights (0.5b 1.5b 3b 7b 14b 32b; step: also tiny)"),
+        shapes=("0.5b,1.5b", "policy, step: model shapes, random weights (0.5b 1.5b 3b 7b 14b 32b), or tiny (the built-in model)"),
         modes=("full,lora", "policy: full | lora | fsdp (fsdp under torchrun)"),
         bench_prompts=(8, "policy: prompts per step (each sampled crl_samples times)"),
         bench_gen_batches=("", "policy: also sample at these batch sizes (comma list, e.g. 32,128,256), "
