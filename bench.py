@@ -113,6 +113,7 @@ def throughput(cfg, pairs):
         with kernels.Evaluator(cfg) as ev:
             g0 = gate.now()
             vs = ev.evaluate(pairs, desc=label)
+            first = lambda kind, what: min((t for t, k, w in ev.events if k == kind and w == what), default=s0) - s0
             g1 = gate.now()
             share = gate.gate_share(ev.trace, g0, g1)
         wall = time.time() - t0
@@ -130,7 +131,8 @@ def throughput(cfg, pairs):
                            check_med=pct(sec("check"), 0.5), time_med=pct(sec("time"), 0.5),
                            wait_med=pct(sec("wait"), 0.5),
                            run_med=pct(sec("run"), 0.5), workers=ev.workers, gpu_share=share,
-                           start_s=start, after_start_per_min=60 * len(vs) / (g1 - holds[0]) if holds else None)
+                           start_s=start, ready_s=g0 - s0, first_build_s=first("compile", "end"),
+                           first_run_s=first("run", "start"), after_start_per_min=60 * len(vs) / (g1 - holds[0]) if holds else None)
     # A build-cache hit inside one process: the cost a worker pays to load a built kernel.
     src = next((s.code for _, s in pairs if "load_cuda(" in s.code or "load_cpp(" in s.code), None)
     hit_ms = None
@@ -175,8 +177,9 @@ def throughput(cfg, pairs):
                   f"pause points {a['waiting']:.1f} s, neither (loads, checks, start) {a['other']:.1f} s")
     for label, r in rows.items():
         if r["start_s"] is not None:
-            print(f"{label}: {r['start_s']:.1f} s from start to the first timing (the evaluator's processes "
-                  f"importing torch, the first builds and checks), {r['after_start_per_min']:.1f} cand/min after it")
+            print(f"{label}: {r['start_s']:.1f} s from start to the first timing (evaluator ready {r['ready_s']:.1f} s, "
+                  f"first build done {r['first_build_s']:.1f} s, first check begun {r['first_run_s']:.1f} s), "
+                  f"{r['after_start_per_min']:.1f} cand/min after it")
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"

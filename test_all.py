@@ -812,6 +812,30 @@ def test_rel_err_and_compare():
     assert e.value.reason == "unwritten_output"
 
 
+def test_rel_errs_where_the_reference_has_nan_and_inf(monkeypatch):
+    """The scale is the mean |ref| over its finite elements (one norm where all are finite,
+    counted apart where not), chunk by chunk; NaN/inf in an output must sit where the
+    reference has the same ones."""
+    monkeypatch.setattr(correctness, "_CHUNK", 64)  # several chunks, the non-finite ones among them
+    ref = torch.randn(1000, dtype=torch.float64)
+    ref[[5, 300]] = torch.tensor([float("nan"), float("inf")], dtype=torch.float64)
+    fin = ref.isfinite()
+    out = ref.float()
+    scale = ref[fin].abs().mean().item()
+    shifted = out.clone()
+    shifted[7] += 0.5
+    want = 0.5 / (abs(ref[7].item()) + scale)
+    errs = correctness.rel_errs(ref, out, shifted)
+    assert errs[0] < 1e-6 and errs[1] == pytest.approx(want, rel=1e-4)
+    moved = out.clone()
+    moved[5], moved[6] = 0.0, float("nan")  # the NaN moved: wrong
+    assert correctness.rel_errs(ref, moved) == [float("inf")]
+    plain = torch.randn(1000, dtype=torch.float64)  # all finite: the one-norm path, same number
+    off = plain.float()
+    off[9] += 0.25
+    assert correctness.rel_errs(plain, off)[0] == pytest.approx(0.25 / (abs(plain[9].item()) + plain.abs().mean().item()), rel=1e-4)
+
+
 _POISON = """
 import torch
 from kernels import correctness

@@ -112,6 +112,7 @@ class Evaluator:
         self._standby = {}  # slot -> a run worker with its CUDA context up, waiting for a job
         self._exiting = []  # (worker that sent its result, when to kill it if it has not exited)
         self.trace = []  # the GPU gate's state changes (gate.Running.trace), for bench.py
+        self.events = []  # (gate.now(), job kind, "start" | "end") of every job, for bench.py's start-up account
         self._groups = []  # (a job's limits.JobGroup, its worker): the group is removed once it exits
         self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._clean_stale()
@@ -213,6 +214,7 @@ class Evaluator:
         if group:
             r.group = group
             self._groups.append((group, proc))
+        self.events.append((r.start, kind, "start"))
         return r
 
     def _reap(self, wait=False):
@@ -258,6 +260,7 @@ class Evaluator:
     def _finish(self, r, timed_out=False):
         """A worker's result, or what its death says: crash, exit, timeout, a limit it hit."""
         res = None
+        self.events.append((gate.now(), r.kind, "end"))
         if timed_out:
             self._kill(r)
             limit = self.cfg["compile_timeout"] if r.kind == "compile" else self.cfg["run_timeout"]
