@@ -164,6 +164,16 @@ def _poisoned(t):
     return int((_bits(t) == -1).sum().item()) if t.element_size() > 1 else 0
 
 
+def plain_tensors(out):
+    """Raise tensor_subclass where an output is a torch.Tensor subclass (a lazy tensor that
+    does the work only when read, as a released kernel's LazyMatmul does), before anything
+    reads it: its own methods would answer, or fail, in the checker's place."""
+    for t in tensors(out):
+        if type(t) is not torch.Tensor:
+            raise Reject("rejected", "tensor_subclass",
+                         f"output is a {type(t).__name__}, a torch.Tensor subclass (lazy or deferred output)")
+
+
 def compare(out, ref32, ref64, allow_lowp, where):
     """Judge one output against the reference in the task's dtype (ref32) and in float64
     (ref64). Returns (err, tol); raises Reject. The tolerance is the dtype's, or 10x the
@@ -179,9 +189,7 @@ def compare(out, ref32, ref64, allow_lowp, where):
         return 0.0, 0.0
     if not isinstance(out, torch.Tensor):
         raise Reject("incorrect", "not_a_tensor", f"output is a {type(out).__name__}, not a tensor ({where})")
-    if type(out) is not torch.Tensor:
-        raise Reject("rejected", "tensor_subclass",
-                     f"output is a {type(out).__name__}, a torch.Tensor subclass (lazy or deferred output)")
+    plain_tensors(out)
     if out.device != ref32.device:
         raise Reject("incorrect", "device_mismatch", f"output on {out.device}, expected {ref32.device}")
     if out.shape != ref32.shape:

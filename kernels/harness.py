@@ -347,6 +347,7 @@ class Harness:
                 with self.candidate_flags(f"ModelNew.forward, {where}"):
                     out = new(*xs)
                 self.left = self.candidate_threads()
+                correctness.plain_tensors(out)  # before anything reads it (a lazy tensor's methods)
                 snap = [t.clone() for t in tensors(out)] if snapshot else None
                 self.sync()  # an asynchronous CUDA error shows here
             except Reject:
