@@ -403,8 +403,10 @@ def run(cfg):
     rank, world, cfg = common.dist_setup(cfg)  # under torchrun: one GPU and a share of the cores per rank
     t0, stamp = time.time(), time.strftime("%Y%m%d-%H%M%S")
     all_tasks = taskset.load_tasks(cfg["tasks"])
-    tasks = taskset.select(all_tasks, cfg["only"])
     solutions = taskset.load_solutions(cfg["solutions"]) if cfg["solutions"] else []
+    # records that bring their own tasks (the CUDA-L1 release) are kept by --only after pairing
+    own = bool(solutions) and taskset.brings_own_tasks(cfg["tasks"], solutions)
+    tasks = all_tasks if own else taskset.select(all_tasks, cfg["only"])
     if cfg["samples"]:  # every model named must load, and the device must exist, before any sampling starts
         cks = [ck.strip() for ck in cfg["checkpoint"].split(",")] if cfg["checkpoint"] else ["base"]
         policy.preflight(cfg, [cfg["model"] if ck in ("", "base") else ck for ck in cks])
@@ -436,7 +438,6 @@ def run(cfg):
         elif cfg["samples"]:
             verdicts, summary, samples = model_mode(cfg, tasks, ev, rank, world)
         else:
-            own = taskset.brings_own_tasks(cfg["tasks"], solutions)
             p = taskset.pair_up([] if own else all_tasks, solutions, cfg["only"], ev.language)
             if p.unmatched:
                 print(f"{len(p.unmatched)} solution(s) match no task, skipped (e.g. {shown(p.unmatched[0].name)})")

@@ -1560,6 +1560,10 @@ def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path
     table = open(md).read().splitlines()
     assert len(table) == 5 and "incorrect | mismatch | incorrect/mismatch" in table[-2], table
     assert len(open(md[:-3] + ".csv").read().splitlines()) == 4
+    # --only keeps such records by their KernelBench id (their tasks come with them, not from --tasks)
+    _, one = evaluate.main([f"--solutions={path}", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
+                            "--progress=false", "--only=L1_20"])
+    assert one["audit"]["n"] == 1 and one["audit"]["not_accepted"] == {"incorrect/mismatch": 1}, one["audit"]
 
 
 def test_reference_only_mode(cache, tasks):
