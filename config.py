@@ -159,18 +159,19 @@ DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items(
 
 # Settings with a fixed set of values, and numbers with a floor: checked in parse(), so a
 # typo fails in the first second, not after an hour of judging.
-# Kernel languages and the device each one's candidates run on; the first for a device is its
-# own (--language=auto). A second language on the same device is one more entry here, with its
-# prompt format (prompts.FORMAT) and seeds (tasks/seeds/<language>/).
-LANGUAGES = {"cuda": "cuda", "cpp": "cpu"}
+# Kernel languages and the devices each one's candidates run on; a device's own language
+# (--language=auto) is the first whose first device it is. A language is one more entry here,
+# with its prompt format (prompts.FORMAT) and seeds (tasks/seeds/<language>/). Triton runs on
+# the GPU, and on the CPU through its interpreter (correctness only: its timing means nothing).
+LANGUAGES = {"cuda": ("cuda",), "cpp": ("cpu",), "triton": ("cuda", "cpu")}
 
 
 def pick_language(language, device):
     """The language candidates are written in on `device` ('auto': the device's own)."""
     if language == "auto":
-        return next(k for k, d in LANGUAGES.items() if d == device)
-    if LANGUAGES[language] != device:
-        raise ValueError(f"--language={language} runs on the {LANGUAGES[language]} device, not on {device} "
+        return next(k for k, ds in LANGUAGES.items() if ds[0] == device)
+    if device not in LANGUAGES[language]:
+        raise ValueError(f"--language={language} runs on {' or '.join(LANGUAGES[language])}, not on {device} "
                          f"(--backend={device})")
     return language
 

@@ -218,6 +218,9 @@ def run(cfg):
     os.makedirs(os.path.join(out, "samples"), exist_ok=True)
     t_start = time.time()
     with kernels.Evaluator(cfg, time_candidates=True, progress=cfg["progress"] and rank == 0) as ev:
+        if not ev.cfg["time_candidates"]:  # Triton's interpreter on a CPU: checked, never timed
+            raise ValueError(f"Stage 3's reward is a measured speedup, and {ev.language} candidates on the "
+                             f"{ev.device} are not timed: run it on a GPU")
         if state["step"] == 0 and not (state.get("extra") or {}).get("seeded"):
             seed_database(cfg, db, ev, tasks, rank, world)
         smp = sampler.Sampler(policy.unwrap(model), cfg)

@@ -40,7 +40,7 @@ FAST_P = (0.0, 1.0, 1.5, 2.0)
 
 def summarize(verdicts):
     """Verdicts -> the headline numbers. Mean speedup counts failures as 0 (as CUDA-L1
-    reports); geometric mean, median and max are over successes; fast_p is the fraction
+    reports); geometric mean, median and max are over timed successes; fast_p is the fraction
     of all candidates that are correct and faster than p times the reference."""
     n = len(verdicts)
     ok = [v.speedup for v in verdicts if v.ok]
@@ -49,12 +49,13 @@ def summarize(verdicts):
         if not v.ok:
             key = f"{v.status}/{v.reason}"
             reasons[key] = reasons.get(key, 0) + 1
+    timed = [s for s in ok if s > 0]  # not timed (Triton's interpreter, --time_candidates=false): 0
     return dict(
         n=n, ok=len(ok), success_rate=len(ok) / n if n else 0.0,
         mean_speedup=sum(ok) / n if n else 0.0,
-        geomean_speedup=math.exp(sum(math.log(s) for s in ok) / len(ok)) if ok else 0.0,
-        median_speedup=kernels.median(ok) if ok else 0.0,
-        max_speedup=max(ok) if ok else 0.0,
+        geomean_speedup=math.exp(sum(math.log(s) for s in timed) / len(timed)) if timed else 0.0,
+        median_speedup=kernels.median(timed) if timed else 0.0,
+        max_speedup=max(timed) if timed else 0.0,
         fast_p={str(p): sum(s > p for s in ok) / n if n else 0.0 for p in FAST_P},
         reasons=dict(sorted(reasons.items(), key=lambda kv: -kv[1])))
 

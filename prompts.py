@@ -21,6 +21,7 @@ SYSTEM = "You are an expert in GPU and CPU performance engineering who writes fa
 # builds 10-30x slower.
 FORMAT = {
     "cuda": """Write CUDA C++ without torch headers, with `extern "C"` launchers that take raw pointers, sizes and a trailing `cudaStream_t`, and build it with `lib = kernels.load_cuda(SRC)` (import kernels). Call launchers as `lib.name(tensor, ..., n)`: tensors pass as pointers and the stream is filled in.""",
+    "triton": """Write Triton kernels (`import triton`, `import triton.language as tl`, `@triton.jit`) and launch them from `ModelNew.forward` over a grid (`kernel[grid](tensor, ..., n, BLOCK=...)`): tensors pass as pointers; allocate outputs with torch.empty.""",
     "cpp": """Write C++ (OpenMP allowed) without torch headers, with `extern "C"` functions that take raw pointers and sizes, and build it with `lib = kernels.load_cpp(SRC)` (import kernels). Call them as `lib.name(tensor, ..., n)`: tensors pass as pointers.""",
 }
 

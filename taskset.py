@@ -261,10 +261,12 @@ def match(tasks, solutions):
 
 
 def solution_language(code):
-    """'cuda' | 'cpp' | None (pure PyTorch): the kernel language a solution's compiled code is
-    written in (config.LANGUAGES)."""
+    """'cuda' | 'cpp' | 'triton' | None (pure PyTorch): the kernel language a solution's own
+    kernels are written in (config.LANGUAGES)."""
     if not code:
         return None
+    if "@triton.jit" in code or "@triton.autotune" in code:
+        return "triton"
     if "load_cuda(" in code or "cuda_sources" in code or "__global__" in code:
         return "cuda"
     if "load_cpp(" in code or "cpp_sources" in code:

@@ -365,16 +365,37 @@ def test_pair_up_filters_by_only_and_language(tasks):
 def test_device_and_language_are_two_settings(cache):
     """--backend picks the device (and the task sizes), --language the kernel language (prompt
     format, seed folder, which solutions match); either alone implies the other, as the only
-    pairs today are cuda on a GPU and cpp on a CPU; a pair that does not exist is refused."""
+    each device's own language is cuda on a GPU and cpp on a CPU (Triton runs on both); a pair
+    that does not exist is refused."""
     assert config.pick_language("auto", "cpu") == "cpp" and config.pick_language("auto", "cuda") == "cuda"
-    with pytest.raises(ValueError, match="--language=cpp runs on the cpu device, not on cuda"):
+    assert config.pick_language("triton", "cpu") == config.pick_language("triton", "cuda") == "triton"
+    with pytest.raises(ValueError, match="--language=cpp runs on cpu, not on cuda"):
         config.pick_language("cpp", "cuda")
     assert set(prompts.FORMAT) == set(config.LANGUAGES)
     assert all(os.path.isdir(os.path.join(HERE, "tasks", "seeds", lang)) for lang in config.LANGUAGES)
     with make_eval(cache, "auto", language="cpp") as ev:
         assert (ev.device, ev.language) == ("cpu", "cpp") and ev.env["KERNELS_DEVICE"] == "cpu"
-    with pytest.raises(SystemExit, match="--language=cuda runs on the cuda device, not on cpu"):
+    with pytest.raises(SystemExit, match="--language=cuda runs on cuda, not on cpu"):
         evaluate.main(["--backend=cpu", "--language=cuda", "--solutions=tasks/seeds/cuda", f"--cache_dir={cache}"])
+
+
+def test_triton_candidates_are_checked_through_the_interpreter_on_a_cpu(cache, tasks):
+    """--language=triton on a machine without a GPU: candidates run under Triton's interpreter
+    (TRITON_INTERPRET=1 in the workers), checked as every candidate is and not timed (the
+    interpreter's speed says nothing about the kernel). A kernel that leaves part of its
+    output unwritten is caught as in any language; --require_kernel is refused until Triton
+    launches are counted."""
+    pytest.importorskip("triton")
+    seed = open(os.path.join(HERE, "tasks", "seeds", "triton", "gelu", "fast.py")).read()
+    assert taskset.solution_language(seed) == "triton"
+    short = seed.replace("mask = offs < n", "mask = offs < n - 7")  # the last 7 elements never written
+    with make_eval(cache, "cpu", language="triton") as ev:
+        assert ev.env["TRITON_INTERPRET"] == "1" and ev.cfg["time_candidates"] is False
+        good, bad = ev.evaluate([(tasks["gelu"], seed), (tasks["gelu"], short)])
+    assert good.status == "ok" and good.message == "correct (not timed)" and good.speedup == 0, (good.status, good.message, good.log[-800:])
+    assert (bad.status, bad.reason) == ("rejected", "unwritten_output"), (bad.status, bad.reason, bad.message)
+    with pytest.raises(ValueError, match="--require_kernel does not count Triton launches"):
+        make_eval(cache, "cpu", language="triton", require_kernel=True)
 
 
 def test_cuda_l1_release_layout(tmp_path, tasks, cache):

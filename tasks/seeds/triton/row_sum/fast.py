@@ -1,0 +1,32 @@
+"""Row sums (B, N) -> (B, 1) in Triton: one program per row, 2,048 columns per step.
+
+Analysis: memory-bound (each element read once). Wide steps of 2,048 columns give each
+program many loads in flight and a vector accumulator, reduced once at the end; the rows
+are many, so the GPU is full. Expect about eager PyTorch's speed, ahead of naive.py.
+"""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_sum_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, cols, BLOCK):
+        c = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + row * cols + c, mask=c < cols, other=0.0)
+    tl.store(y_ptr + row, tl.sum(acc, axis=0))
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        rows, cols = x.shape
+        y = torch.empty(rows, 1, dtype=x.dtype, device=x.device)
+        row_sum_kernel[(rows,)](x, y, cols, BLOCK=2048, num_warps=8)
+        return y
