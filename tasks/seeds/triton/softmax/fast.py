@@ -2,8 +2,9 @@
 
 Analysis: a running maximum with the sum rescaled whenever it grows (the online softmax)
 reads each row once for both statistics, then once more to write: two reads and one write,
-as eager PyTorch does, in wide blocks of 2,048 columns with many loads in flight. Expect
-about eager's speed, ahead of naive.py's three passes.
+as eager PyTorch does, in wide blocks of 2,048 columns with many loads in flight; but the
+first pass pays two exponentials per element. Expect it ahead of naive.py's three passes and
+short of eager's fused kernel (H100: 0.75x eager, naive 0.55x).
 """
 import torch
 import torch.nn as nn
