@@ -383,8 +383,8 @@ def test_triton_candidates_are_checked_through_the_interpreter_on_a_cpu(cache, t
     """--language=triton on a machine without a GPU: candidates run under Triton's interpreter
     (TRITON_INTERPRET=1 in the workers), checked as every candidate is and not timed (the
     interpreter's speed says nothing about the kernel). A kernel that leaves part of its
-    output unwritten is caught as in any language; --require_kernel is refused until Triton
-    launches are counted."""
+    output unwritten is caught as in any language; Triton launches count as kernel calls
+    (--require_kernel), and a candidate that imports Triton but launches nothing has none."""
     pytest.importorskip("triton")
     seed = open(os.path.join(HERE, "tasks", "seeds", "triton", "gelu", "fast.py")).read()
     assert taskset.solution_language(seed) == "triton"
@@ -394,8 +394,12 @@ def test_triton_candidates_are_checked_through_the_interpreter_on_a_cpu(cache, t
         good, bad = ev.evaluate([(tasks["gelu"], seed), (tasks["gelu"], short)])
     assert good.status == "ok" and good.message == "correct (not timed)" and good.speedup == 0, (good.status, good.message, good.log[-800:])
     assert (bad.status, bad.reason) == ("rejected", "unwritten_output"), (bad.status, bad.reason, bad.message)
-    with pytest.raises(ValueError, match="--require_kernel does not count Triton launches"):
-        make_eval(cache, "cpu", language="triton", require_kernel=True)
+    decoy = ("import torch\nimport torch.nn as nn\nimport triton\n\n\nclass ModelNew(nn.Module):\n"
+             "    def forward(self, x):\n        return torch.nn.functional.gelu(x)\n")
+    with make_eval(cache, "cpu", language="triton", require_kernel=True) as ev:
+        good, bare = ev.evaluate([(tasks["gelu"], seed), (tasks["gelu"], decoy)])
+    assert good.status == "ok" and good.kernel_calls > 0, (good.status, good.message, good.kernel_calls)
+    assert (bare.status, bare.reason) == ("rejected", "no_kernel"), (bare.status, bare.reason, bare.message)
 
 
 def test_cuda_l1_release_layout(tmp_path, tasks, cache):

@@ -231,6 +231,27 @@ def count_torch_extensions(around=contextlib.nullcontext):
     cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
 
 
+def count_triton_launches():
+    """Make launches of Triton kernels (`fn[grid](...)`, through an autotuner too: the compiled
+    kernel's run, or the interpreter's on a CPU) count toward kernel_calls, like load_cuda's
+    calls. -> the classes wrapped, for the integrity snapshot ([] without Triton)."""
+    try:
+        from triton.runtime import interpreter, jit
+    except ImportError:
+        return []
+    classes = [jit.JITFunction, interpreter.InterpretedFunction]
+
+    def wrap(run):
+        def counted(self, *args, **kwargs):
+            if not kwargs.get("warmup"):
+                KERNEL_CALLS[0] += 1
+            return run(self, *args, **kwargs)
+        return counted
+    for cls in classes:
+        cls.run = wrap(cls.run)
+    return classes
+
+
 PATHS = sysconfig.get_paths()
 COMPILERS = tuple(os.path.join(TORCH_DIR, d, "") for d in ("_dynamo", "_inductor")) + tuple(
     os.path.join(PATHS[k], "triton", "") for k in ("purelib", "platlib")) + (

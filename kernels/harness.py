@@ -378,6 +378,7 @@ class Harness:
     def load_candidate(self):
         self.main, self.in_build = threading.get_ident(), False
         guards.count_torch_extensions(around=self.building)
+        triton = guards.count_triton_launches() if "triton" in (self.job["code"] or "") else []
         guards.track_thread_origins()
         self.flags0 = self.applied = guards.read_flags()
         self.threads0 = {t.ident for t in threading.enumerate()}
@@ -394,7 +395,8 @@ class Harness:
             ("json", sys.modules["json"]), ("json.encoder", sys.modules["json.encoder"]),
             # the harness's own state (its clock, say) and the reference's building blocks
             ("harness instance", self)] + [(f"{c.__module__}.{c.__qualname__}", c)
-                                           for c in sorted(getattr(self, "ref_classes", ()), key=str)])
+                                           for c in sorted(getattr(self, "ref_classes", ()), key=str)]
+            + [(f"triton {c.__qualname__}", c) for c in triton])  # their counted launches
         self.hooks0 = self._global_hooks()
         self.interp0 = guards.interpreter_hooks()
         path = os.path.join(self.workdir, "candidate.py")
