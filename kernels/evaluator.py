@@ -58,7 +58,8 @@ class Evaluator:
         if self.language == "triton" and self.device == "cpu":
             # Triton's interpreter (numpy, one program at a time): 10-1000x a compiled kernel's
             # time, which says nothing about the kernel, so candidates are checked, not timed
-            self.cfg.update(time_candidates=False, call_timeout=max(self.cfg["call_timeout"], 60.0))
+            self.cfg.update(time_candidates=False, call_timeout=max(self.cfg["call_timeout"], 60.0),
+                            run_timeout=max(self.cfg["run_timeout"], 900.0))
         self.cache = cache_root(self.cfg)
         os.makedirs(self.cache, exist_ok=True)
         self.tmp = tempfile.mkdtemp(prefix="kernels-")
