@@ -55,11 +55,6 @@ class Evaluator:
         devices = config.LANGUAGES[self.cfg["language"]] if by_language else ()
         self.device = pick_backend(devices[0] if len(devices) == 1 else self.cfg["backend"])
         self.language = config.pick_language(self.cfg["language"], self.device)
-        if self.language == "triton" and self.device == "cpu":
-            # Triton's interpreter (numpy, one program at a time): 10-1000x a compiled kernel's
-            # time, which says nothing about the kernel, so candidates are checked, not timed
-            self.cfg.update(time_candidates=False, call_timeout=max(self.cfg["call_timeout"], 60.0),
-                            run_timeout=max(self.cfg["run_timeout"], 900.0))
         self.cache = cache_root(self.cfg)
         os.makedirs(self.cache, exist_ok=True)
         self.tmp = tempfile.mkdtemp(prefix="kernels-")
@@ -77,7 +72,11 @@ class Evaluator:
         self.env = {"KERNELS_DEVICE": self.device, "KERNELS_BACKEND": self.device, "CUDAL1_CACHE": self.cache, "MAX_JOBS": "2",
                     "KERNELS_COMPILE_TIMEOUT": str(self.cfg["compile_timeout"])}
         if self.language == "triton" and self.device == "cpu":
+            # Triton's interpreter (numpy, one program at a time): 10-1000x a compiled kernel's
+            # time, which says nothing about the kernel, so candidates are checked, not timed
             self.env["TRITON_INTERPRET"] = "1"
+            self.cfg.update(time_candidates=False, call_timeout=max(self.cfg["call_timeout"], 60.0),
+                            run_timeout=max(self.cfg["run_timeout"], 900.0))
         # torch.compile of the reference (--baseline=compile): its compiler caches, shared by
         # all jobs and written only before a job's candidate code runs (harness.py)
         self.reference_cache = os.path.join(self.cache, "reference-compile")
