@@ -127,10 +127,13 @@ def print_build_errors(verdicts, most=20):
 
 def print_summary(s, title):
     fp = "  ".join(f"fast_{p}={s['fast_p'][p]:.2f}" for p in s["fast_p"])
-    print(f"{title}: {s['ok']}/{s['n']} correct ({100 * s['success_rate']:.0f}%), "
-          f"mean speedup {s['mean_speedup']:.3f}x (failures as 0), geomean {s['geomean_speedup']:.3f}x, "
-          f"median {s['median_speedup']:.3f}x, max {s['max_speedup']:.3f}x")
-    print(f"  {fp}")
+    head = f"{title}: {s['ok']}/{s['n']} correct ({100 * s['success_rate']:.0f}%)"
+    if s["ok"] and not s["max_speedup"]:  # Triton's interpreter, --time_candidates=false
+        print(f"{head}; not timed, so no speedups")
+    else:
+        print(f"{head}, mean speedup {s['mean_speedup']:.3f}x (failures as 0), geomean {s['geomean_speedup']:.3f}x, "
+              f"median {s['median_speedup']:.3f}x, max {s['max_speedup']:.3f}x")
+        print(f"  {fp}")
     if s["reasons"]:
         print("  failures: " + ", ".join(f"{k} {n}" for k, n in s["reasons"].items()))
 

@@ -403,6 +403,52 @@ def test_triton_candidates_are_checked_through_the_interpreter_on_a_cpu(cache, t
     assert (bare.status, bare.reason) == ("rejected", "no_kernel"), (bare.status, bare.reason, bare.message)
 
 
+# the KernelBench problems honest/kernelbench-triton/ solves, at sizes Triton's interpreter
+# gets through in seconds (the solutions read every size from their inputs)
+_KB_SMALL = {(1, 12): dict(M=100, N=70), (1, 19): dict(batch_size=16, dim=1000), (1, 23): dict(batch_size=8, dim=5000),
+             (1, 47): dict(batch_size=2, dim1=33, dim2=300), (1, 88): dict(batch_size=16, dim=1000),
+             (2, 76): dict(batch_size=16, in_features=100, out_features=70)}
+
+
+@pytest.mark.skipif(not os.path.exists(SHARED), reason="../shared/kernelbench absent")
+def test_kernelbench_problems_in_triton(cache, tmp_path):
+    """KernelBench's own problems (smaller sizes, KernelBench's folder layout) in Triton through
+    evaluate.py: solutions mode with honest/kernelbench-triton/ (our verdict and KernelBench's
+    both ok), and model mode (a model's samples for them judged). KernelBench's judgement
+    loads a Triton candidate from a file, as its Triton backend does: @triton.jit reads the
+    source of the kernels it compiles, and code run from a string has none."""
+    pytest.importorskip("triton")
+    from kernels import kernelbench
+    for line in open(SHARED):
+        r = json.loads(line)
+        sizes = _KB_SMALL.get((r["level"], r["problem_id"]))
+        if sizes:
+            code = r["code"]
+            for name, v in sizes.items():
+                code, n = re.subn(rf"^{name} = .*$", f"{name} = {v}", code, flags=re.M)
+                assert n == 1, (r["name"], name)
+            (tmp_path / "kb" / f"level{r['level']}").mkdir(parents=True, exist_ok=True)
+            (tmp_path / "kb" / f"level{r['level']}" / f"{r['problem_id']}_{r['name']}.py").write_text(code)
+    sols = os.path.join(HERE, "honest", "kernelbench-triton")
+    assert len(glob.glob(os.path.join(sols, "level*", "*.py"))) == len(_KB_SMALL)
+    args = ["--backend=cpu", "--language=triton", f"--tasks={tmp_path / 'kb'}", f"--cache_dir={cache}", "--progress=false"]
+    evaluate.main(args + [f"--solutions={sols}", "--kernelbench_verdict=always", f"--out={tmp_path / 'a'}"])
+    [path] = glob.glob(str(tmp_path / "a" / "evaluate" / "*.json"))
+    res = json.load(open(path))
+    assert res["language"] == "triton" and len(res["verdicts"]) == len(_KB_SMALL)
+    bad = [(v["task"], v["status"], v["message"], v.get("kernelbench")) for v in res["verdicts"]
+           if v["status"] != "ok" or v["kernelbench"]["status"] != "ok"]
+    assert not bad, bad
+    relu = open(os.path.join(sols, "level1", "19_ReLU.py")).read()
+    with pytest.raises(ValueError, match="defined in a Python file"):  # Triton compiled, not interpreted, here
+        kernelbench._exec(relu)
+    assert "relu_kernel" in kernelbench._exec(relu, str(tmp_path / "candidate.py"))
+    evaluate.main(args + ["--only=L1_19,L2_76", "--samples=2", "--checkpoint=base", f"--out={tmp_path / 'b'}", *TINY])
+    [path] = glob.glob(str(tmp_path / "b" / "evaluate" / "*.json"))
+    res = json.load(open(path))
+    assert res["language"] == "triton" and len(res["verdicts"]) == len(res["samples"]) == 4
+
+
 def test_cuda_l1_release_layout(tmp_path, tasks, cache):
     """The CUDA-L1 release: level_id, task_id, ref_code, custom_code (null or "None")."""
     ref = open(os.path.join(taskset.BUILTIN_TASKS, "gelu.py")).read()
@@ -1084,7 +1130,8 @@ def test_static_check_finds_the_hacks_and_passes_honest_code(cache, tasks):
     from kernels import static
     for f, code, meta in hack_files("cpu") + hack_files("cuda"):
         assert bool(static.check(code)) == bool(meta.get("STATIC")), (f, static.check(code))
-    honest = glob.glob(os.path.join(HERE, "honest", "*.py")) + glob.glob(os.path.join(HERE, "tasks", "seeds", "*", "*", "*.py"))
+    honest = glob.glob(os.path.join(HERE, "honest", "**", "*.py"), recursive=True) + \
+        glob.glob(os.path.join(HERE, "tasks", "seeds", "*", "*", "*.py"))
     assert len(honest) > 30 and not [(f, static.check(open(f).read())) for f in honest if static.check(open(f).read())]
     release = os.path.join(HERE, "..", "shared", "cudal1", "h100.json")
     if os.path.exists(release):  # real published kernels: torch.backends flags, compiler config, ctypes, CUDA graphs
@@ -1230,17 +1277,17 @@ def test_stale_locks_are_cleaned(cache):
 
 # ---------------------------------------------------------------------------- seeds: no false positives
 
-def seed_pairs(tasks, backend):
+def seed_pairs(tasks, backend, language="auto"):
     pairs = []
-    for f in sorted(glob.glob(os.path.join(HERE, "tasks", "seeds", config.pick_language("auto", backend), "*", "*.py"))):
+    for f in sorted(glob.glob(os.path.join(HERE, "tasks", "seeds", config.pick_language(language, backend), "*", "*.py"))):
         pairs.append((tasks[os.path.basename(os.path.dirname(f))], taskset.Solution(open(f).read(), f)))
     return pairs
 
 
-def check_seeds(cache, tasks, backend):
-    pairs = seed_pairs(tasks, backend)
+def check_seeds(cache, tasks, backend, language="auto"):
+    pairs = seed_pairs(tasks, backend, language)
     assert len(pairs) >= 2 * len(tasks), "every task needs a naive and a fast seed"
-    with make_eval(cache, backend) as ev:
+    with make_eval(cache, backend, language=language) as ev:
         vs = ev.evaluate(pairs)
     bad = [f"{v.solution}: {v.status}/{v.reason}: {v.message}\n{v.log}" for v in vs if not v.ok]
     assert not bad, "\n".join(bad)
@@ -1261,6 +1308,15 @@ def test_seeds_pass_cpu(cache, tasks):
 @needs_cuda
 def test_seeds_pass_cuda(cache, tasks):
     check_seeds(cache, tasks, "cuda")
+
+
+@gpu
+@needs_cuda
+def test_triton_seeds_pass_cuda(cache, tasks):
+    """The Triton seeds compiled and timed on the GPU (on a CPU the interpreter only checks
+    them: test_triton_candidates_are_checked_through_the_interpreter_on_a_cpu)."""
+    pytest.importorskip("triton")
+    check_seeds(cache, tasks, "cuda", "triton")
 
 
 # ---------------------------------------------------------------------------- KernelBench's own format

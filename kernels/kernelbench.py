@@ -3,7 +3,9 @@ would say, so that every difference between the two verdicts has a named cause. 
 audits of published numbers (evaluate.py); never a reward, never our verdict.
 
 Its convention, followed here on purpose, weaknesses included:
-- task and candidate executed from strings (exec into a namespace, no source file);
+- task and candidate executed from strings (exec into a namespace, no source file), except a
+  Triton candidate, which its backend writes to a temporary file first (@triton.jit reads
+  its kernels' source);
 - torch.manual_seed(42) before building the initial inputs, Model and ModelNew; both built
   on the host, then moved to the device;
 - 5 trials, each with its own seed drawn from a generator seeded 42: inputs from get_inputs(),
@@ -17,6 +19,7 @@ Its convention, followed here on purpose, weaknesses included:
 
     kernelbench_job(job)   # in a run worker (worker.py), where job["kernelbench"] is set
 """
+import os
 import time
 
 import torch
@@ -28,9 +31,15 @@ SEED, TRIALS, WARMUP, TIMED = 42, 5, 3, 100
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
 
-def _exec(code):
+def _exec(code, path=None):
+    """code run into a fresh namespace; from a file at `path` when given (where Triton
+    finds the source of the kernels it compiles)."""
     ns = {}
-    exec(compile(code, "<string>", "exec"), ns)
+    if path:  # as an imported module would be
+        with open(path, "w") as f:
+            f.write(code)
+        ns["__name__"] = "kernelbench_candidate"
+    exec(compile(code, path or "<string>", "exec"), ns)
     return ns
 
 
@@ -107,7 +116,8 @@ def kernelbench_job(job):
             ref = ref.to(dev)
             gate.pause_point()
             where = "the candidate's import"
-            sol = _exec(job["code"])
+            triton = job.get("language") == "triton"
+            sol = _exec(job["code"], os.path.join(job["workdir"], "kernelbench_candidate.py") if triton else None)
             gate.pause_point()
             where = "the candidate's constructor"
             _seed(SEED)
