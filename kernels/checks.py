@@ -18,11 +18,13 @@ from .verdicts import Reject
 def run_checks(h):
     """Correctness (EVAL.md, "How a candidate is judged"): several weight seeds, fresh input
     sets each, candidate called first on every set (so no reference result sits in freed
-    memory), with checks for side streams, mutated inputs, cached results and rebinding.
+    memory), with checks for side streams, mutated inputs, cached results and rebinding. The
+    last seed's sets after its first are drawn from other distributions (DISTRIBUTIONS).
     -> (ref, new, ref64) of the first seed, for timing and the check after it."""
     cfg = h.cfg
     errs, tols, constant, kept = [], [], True, None
-    for s, seed in enumerate(h.seeds()[1:]):
+    seeds = h.seeds()[1:]
+    for s, seed in enumerate(seeds):
         h.gate.pause_point()
         ref, new = h.models(seed)
         ref64 = correctness.float64_copy(ref)
@@ -32,10 +34,17 @@ def run_checks(h):
         # call overwrote (a CUDA graph's, torch.compile's "reduce-overhead") must not be touched
         retried = False  # with the reference's weights, after a mismatch
         xs = None
-        for k in range(cfg["check_inputs"] + 1):
+        draws = [None] * (cfg["check_inputs"] + 1)
+        if s == len(seeds) - 1:  # one set of the task's own, then one of each other distribution
+            draws = [None] + list(DISTRIBUTIONS.items()) + draws[1 + len(DISTRIBUTIONS):]
+        for k, draw in enumerate(draws):
             h.gate.pause_point()
-            refill = 0 < k == cfg["check_inputs"]  # last round: same tensors, new values
+            refill = 0 < k == len(draws) - 1  # last round: same tensors, new values
             fresh = h.inputs(fenced=True)
+            floats = [x for x in fresh if isinstance(x, torch.Tensor) and x.is_floating_point()]
+            for x in floats if draw else ():
+                draw[1](x)
+            draw = draw[0] if draw and floats else None  # the distribution's name, where it applies
             if refill:  # caches keyed by address, id or shape hit here and replay old results
                 for x, f in zip(xs, fresh):
                     if isinstance(x, torch.Tensor):
@@ -44,7 +53,7 @@ def run_checks(h):
             else:
                 xs = fresh
             clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
-            where = f"seed {s}, input set {k}"
+            where = f"seed {s}, input set {k}" + (f", drawn from {draw}" if draw else "")
             with correctness.poisoned(h.out_specs, h.dev):
                 out, snap = h.forward(new, xs, where, snapshot=True)
             if not h.cuda:
@@ -61,10 +70,16 @@ def run_checks(h):
             h.integrity("forward")
             had64 = ref64 is not None
             h.gate.pause_point()
-            r32, r64, ref64 = correctness.reference_outputs(ref, ref64, clones)
-
+            try:
+                r32, r64, ref64 = correctness.reference_outputs(ref, ref64, clones)
+            except Exception:
+                if not draw:
+                    raise
+                continue  # the reference fails on these values: they say nothing
             if had64 and ref64 is None and h.cuda:  # no float64 kernel: give its memory back
                 torch.cuda.empty_cache()
+            if draw and not all(t.isfinite().all() for t in tensors(r32) if t.is_floating_point()):
+                continue  # the reference is not finite on them (a log, a square root): nothing to compare
             fp, rp = correctness.fingerprint(out), correctness.fingerprint(r32)
             for pf, pr in prints:
                 if correctness.same_fingerprint(fp, pf) and not correctness.same_fingerprint(rp, pr):
@@ -73,10 +88,14 @@ def run_checks(h):
             try:
                 err, tol = correctness.compare(out, r32, r64, cfg["allow_lowp"], where)
             except Reject as failure:
-                if failure.reason != "mismatch" or retried:
+                if draw and failure.reason in ("mismatch", "nan", "precision"):
+                    distribution_shortcut(h, failure, where)
+                    err, tol = None, None
+                elif failure.reason != "mismatch" or retried:
                     raise
-                new, err, tol = with_reference_weights(h, ref, seed, clones, r32, r64, where, failure)
-                retried = True
+                else:
+                    new, err, tol = with_reference_weights(h, ref, seed, clones, r32, r64, where, failure)
+                    retried = True
             # right, but the output is an input handed back: right only where the op is the
             # identity on these inputs (a ReLU of torch.rand), so no work was done; the
             # reference's own view of an input is the one honest case
@@ -85,8 +104,9 @@ def run_checks(h):
                              f"reference computes a new tensor: the work was skipped ({where})")
             if any(t.untyped_storage().data_ptr() in addresses for t in tensors(out) if t.numel()):
                 reused_output(h, where)
-            errs.append(err)
-            tols.append(tol)
+            if err is not None:
+                errs.append(err)
+                tols.append(tol)
             constant &= all(correctness.same_fingerprint(rp, pr) for _, pr in prints)
             prints.append((fp, rp))
             held += tensors(out)
@@ -94,7 +114,6 @@ def run_checks(h):
             del out, r32, r64, snap
         if kept is None:
             kept = (ref, new, ref64)
-            other_distributions(h, new, ref, ref64)
         del ref64, held
     h.max_err, h.tol = max(errs), min(tols)
     if constant:  # the output never changed with the input, like the all-zero task that scored 120x
@@ -102,47 +121,22 @@ def run_checks(h):
     return kept
 
 
-# Values the task's inputs are also drawn from, shapes and dtypes kept (floating inputs only).
+# Values the last weight seed's later input sets are drawn from, shapes and dtypes kept
+# (floating inputs only): right only on the task's own distribution (a ReLU dropped because
+# torch.rand is never negative) is a shortcut an RL policy would learn.
 DISTRIBUTIONS = {"normal(0, 1)": lambda x: x.normal_(), "uniform(-1, 1)": lambda x: x.uniform_(-1, 1)}
 
 
-def other_distributions(h, new, ref, ref64):
-    """The candidate on input sets of the task's shapes drawn from other distributions: right
-    only on the task's own (a ReLU dropped because torch.rand is never negative) is a shortcut
-    an RL policy would learn. Where the reference's output is not finite on them (a log, a
-    square root), or the reference fails, that distribution says nothing and is skipped.
-    Rejected (input_distribution), or with allow_distribution_shortcut flagged."""
-    for name, draw in DISTRIBUTIONS.items():
-        h.gate.pause_point()
-        xs = h.inputs(fenced=True)
-        floats = [x for x in xs if isinstance(x, torch.Tensor) and x.is_floating_point()]
-        if not floats:
-            return
-        for x in floats:
-            draw(x)
-        clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
-        where = f"inputs drawn from {name}"
-        with correctness.poisoned(h.out_specs, h.dev):
-            out = h.forward(new, xs, where)
-        try:
-            r32, r64, _ = correctness.reference_outputs(ref, ref64, clones)
-        except Exception:
-            continue
-        if not all(t.isfinite().all() for t in tensors(r32) if t.is_floating_point()):
-            continue
-        try:
-            correctness.compare(out, r32, r64, h.cfg["allow_lowp"], where)
-        except Reject as r:
-            if r.reason not in ("mismatch", "nan", "precision"):
-                raise
-            if not h.cfg["allow_distribution_shortcut"]:
-                raise Reject("rejected", "input_distribution", f"right on the task's own input sets, wrong on inputs of "
-                             f"its shapes {where}: {r.message} (a shortcut that holds only for the task's "
-                             "distribution, or an error its own draws did not show; --allow_distribution_shortcut "
-                             "accepts it, flagged)") from None
-            if "input_distribution" not in h.flags:
-                h.flags.append("input_distribution")
-            return
+def distribution_shortcut(h, failure, where):
+    """Wrong on a set drawn from another distribution, after every set of the task's own
+    passed: rejected (input_distribution), or with allow_distribution_shortcut flagged."""
+    if not h.cfg["allow_distribution_shortcut"]:
+        raise Reject("rejected", "input_distribution", f"right on the task's own input sets, wrong on inputs of "
+                     f"its shapes ({where}): {failure.message} (a shortcut that holds only for the task's "
+                     "distribution, or an error its own draws did not show; --allow_distribution_shortcut "
+                     "accepts it, flagged)") from None
+    if "input_distribution" not in h.flags:
+        h.flags.append("input_distribution")
 
 
 def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
