@@ -884,6 +884,24 @@ def test_rel_err_and_compare():
     assert e.value.reason == "unwritten_output"
 
 
+def test_fingerprint_of_a_large_output_stays_small_in_memory(monkeypatch):
+    """The cached-output check's fingerprint sums an output in float64 a chunk at a time: a
+    whole-tensor float64 sum converts the output first, 8 bytes an element (12 GiB for a
+    KernelBench output of 1.6 billion elements, which ran out of memory on an H100)."""
+    from torch.profiler import ProfilerActivity, profile
+    monkeypatch.setattr(correctness, "_CHUNK", 1 << 20)
+    out = torch.rand(1 << 23)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+        fp = correctness.fingerprint(out)
+    largest = max(e.cpu_memory_usage for e in p.events())
+    assert largest <= correctness._CHUNK * 8 < out.numel() * 8, largest
+    assert correctness.same_fingerprint(fp, correctness.fingerprint(out.clone()))
+    assert fp[0][1] == pytest.approx(out.double().sum().item(), rel=1e-12)
+    changed = out.clone()
+    changed[-1] += 1.0
+    assert not correctness.same_fingerprint(fp, correctness.fingerprint(changed))
+
+
 def test_rel_errs_where_the_reference_has_nan_and_inf(monkeypatch):
     """The scale is the mean |ref| over its finite elements (one norm where all are finite,
     counted apart where not), chunk by chunk; NaN/inf in an output must sit where the
