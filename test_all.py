@@ -1424,6 +1424,21 @@ def test_a_torch_build_of_files_written_at_each_construction_is_paid_once(cache,
     assert v.seconds["compile"] > 3 and v.seconds["check"] < 3, v.seconds
 
 
+def test_a_long_quiet_spell_reports_where_each_job_stands(cache, tasks, monkeypatch, capsys):
+    """No job ending for STALL_SECONDS: each running job's kind, task, state and deadline go
+    to stderr, so a run that seems stuck says what it waits on; the verdict is unchanged."""
+    from kernels import evaluator
+    monkeypatch.setattr(evaluator, "STALL_SECONDS", 1.0)
+    slow = ("import time\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+            "    def __init__(self):\n        super().__init__()\n        time.sleep(3)\n\n"
+            "    def forward(self, x):\n        return torch.nn.functional.gelu(x)\n")
+    with make_eval(cache, "cpu") as ev:
+        [v] = ev.evaluate([(tasks["gelu"], slow)])
+    assert v.ok, (v.status, v.reason, v.message)
+    err = capsys.readouterr().err
+    assert "evaluator: no job ended in the last 1 s; running:" in err and " of gelu (pid " in err, err
+
+
 def test_kernelbench_verdict_is_not_asked_of_what_never_built_or_attacked_the_evaluator():
     """KernelBench's judgement runs a candidate again: not one that never built, nor one caught
     reaching for the evaluator (a result it forged there would read as KernelBench's)."""

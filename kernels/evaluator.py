@@ -6,6 +6,7 @@ and turns what they report into Verdicts. Candidate code never runs in this proc
 """
 import os
 import shutil
+import sys
 import tempfile
 
 import config
@@ -14,6 +15,8 @@ import taskset
 from . import gate, limits, sandbox, static
 from .builds import cache_root
 from .verdicts import Reject, Verdict, unusable
+
+STALL_SECONDS = 300.0  # no job ended for this long: the running ones' states are reported
 
 # ----------------------------------------------------------------------------------------
 # The parent: schedule compile workers on the CPU cores and run workers on the GPUs
@@ -264,6 +267,19 @@ class Evaluator:
             if "lock" in files:
                 os.remove(os.path.join(root, "lock"))
 
+    def _report_stall(self, active):
+        """No job has ended for STALL_SECONDS: each running one's state, on stderr (a long
+        build or a KernelBench-size check may be that slow; a job that never ends would be a
+        fault of the evaluator's, and this says where it stands)."""
+        t = gate.now()
+        print(f"evaluator: no job ended in the last {STALL_SECONDS:.0f} s; running:", file=sys.stderr)
+        for r in active:
+            held = ", stopped" * r.stopped + (f", in host work ({r.host})" if r.host else "")
+            on = f", GPU {r.gpu}" if self.device == "cuda" and r.gpu is not None else ""
+            print(f"  {r.kind} of {r.item['task'].name} (pid {r.proc.pid}{on}): {r.state} for "
+                  f"{t - r.since:.0f} s{held}; its deadline "
+                  + ("waits while it is held" if r.held else f"in {r.deadline - t:.0f} s"), file=sys.stderr)
+
     def _finish(self, r, timed_out=False):
         """A worker's result, or what its death says: crash, exit, timeout, a limit it hit."""
         res = None
@@ -465,6 +481,7 @@ class Evaluator:
                     self._standby[slot] = self._spawn_standby(slot)
         # CPU timings must not share the cores with builds (untimed checks may)
         exclusive = self.device == "cpu" and self.cfg["time_candidates"] and "run" in phases
+        moved = gate.now()  # when a job last ended: a long quiet spell is reported (_report_stall)
         try:
             while any(queues.values()) or active:
                 n_build = sum(r.kind == "compile" for r in active)
@@ -493,7 +510,7 @@ class Evaluator:
                 for r in active:  # over a limit the evaluator watches (limits.JobGroup): stopped now
                     if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):
                         r.deadline = r.job_deadline = gate.now()
-                wake = [r.deadline for r in active if not r.held] + \
+                wake = [r.deadline for r in active if not r.held] + [moved + STALL_SECONDS] + \
                     [gate.now() + limits.WATCH_SECONDS for r in active if r.group] + \
                     [t for r in active if r.kind == "run" and r.state == "pausing"  # when it becomes late
                      and (t := r.since + gate.DEFER_AFTER + 0.01) > gate.now()]
@@ -501,6 +518,9 @@ class Evaluator:
                 ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active], timeout=wait)
                 for g in range(len(self.gpus)) if self.device == "cuda" else ():  # the deadlines, now
                     gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
+                if gate.now() - moved > STALL_SECONDS:
+                    moved = gate.now()
+                    self._report_stall(active)
                 for r in list(active):
                     done = (r.conn in ready and r.receive()) or r.proc.sentinel in ready
                     if r.proc.sentinel in ready and r.result is None:
@@ -508,6 +528,7 @@ class Evaluator:
                     if not done and (r.held or gate.now() < r.deadline):
                         continue
                     active.remove(r)
+                    moved = gate.now()
                     r._set("done")
                     if r.slot is not None:
                         free.append(r.slot)
