@@ -411,7 +411,8 @@ _KB_SMALL = {(1, 12): dict(M=100, N=70), (1, 19): dict(batch_size=16, dim=1000),
 
 
 @pytest.mark.skipif(not os.path.exists(SHARED), reason="../shared/kernelbench absent")
-def test_kernelbench_problems_in_triton(cache, tmp_path):
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=[gpu, needs_cuda])])
+def test_kernelbench_problems_in_triton(cache, tmp_path, backend):
     """KernelBench's own problems (smaller sizes, KernelBench's folder layout) in Triton through
     evaluate.py: solutions mode with honest/kernelbench-triton/ (our verdict and KernelBench's
     both ok), and model mode (a model's samples for them judged). KernelBench's judgement
@@ -431,7 +432,8 @@ def test_kernelbench_problems_in_triton(cache, tmp_path):
             (tmp_path / "kb" / f"level{r['level']}" / f"{r['problem_id']}_{r['name']}.py").write_text(code)
     sols = os.path.join(HERE, "honest", "kernelbench-triton")
     assert len(glob.glob(os.path.join(sols, "level*", "*.py"))) == len(_KB_SMALL)
-    args = ["--backend=cpu", "--language=triton", f"--tasks={tmp_path / 'kb'}", f"--cache_dir={cache}", "--progress=false"]
+    args = [f"--backend={backend}", "--language=triton", f"--tasks={tmp_path / 'kb'}", f"--cache_dir={cache}",
+            "--progress=false", "--timing_rounds=2"]
     evaluate.main(args + [f"--solutions={sols}", "--kernelbench_verdict=always", f"--out={tmp_path / 'a'}"])
     [path] = glob.glob(str(tmp_path / "a" / "evaluate" / "*.json"))
     res = json.load(open(path))
@@ -443,6 +445,8 @@ def test_kernelbench_problems_in_triton(cache, tmp_path):
     with pytest.raises(ValueError, match="defined in a Python file"):  # Triton compiled, not interpreted, here
         kernelbench._exec(relu)
     assert "relu_kernel" in kernelbench._exec(relu, str(tmp_path / "candidate.py"))
+    if backend == "cuda":
+        return  # model mode is the same on either device
     evaluate.main(args + ["--only=L1_19,L2_76", "--samples=2", "--checkpoint=base", f"--out={tmp_path / 'b'}", *TINY])
     [path] = glob.glob(str(tmp_path / "b" / "evaluate" / "*.json"))
     res = json.load(open(path))
