@@ -1111,6 +1111,13 @@ def test_a_shortcut_right_only_on_the_tasks_inputs_is_rejected(cache, tmp_path, 
     with make_eval(cache, backend, allow_distribution_shortcut=True) as ev:
         [a] = ev.evaluate([(t_relu, shortcut)])
     assert a.ok and "input_distribution" in a.flags, (a.status, a.reason, a.flags)
+    # relu(-x) of torch.rand is always zero: input_independent on the task's own inputs, though
+    # the other distributions' sets (drawn with the last weight seed) move it
+    neg = tmp_path / "relu_neg_rand.py"
+    neg.write_text(_RELU_RAND.replace("torch.relu(x)", "torch.relu(-x)").format(view=""))
+    with make_eval(cache, backend) as ev:
+        [c] = ev.evaluate([(taskset.load_tasks(str(neg))[0], body.format("torch.relu(-x)"))])
+    assert c.ok and "input_independent" in c.flags, (c.status, c.reason, c.flags)
 
 
 def test_secrets_of_the_processes_above_stay_out_of_reach(cache, tmp_path):
