@@ -4,7 +4,7 @@ audits of published numbers (evaluate.py); never a reward, never our verdict.
 
 Its convention, followed here on purpose, weaknesses included:
 - task and candidate executed from strings (exec into a namespace, no source file), except a
-  Triton candidate, which its backend writes to a temporary file first (@triton.jit reads
+  Triton candidate, which its backend writes to a temporary file and imports (@triton.jit reads
   its kernels' source);
 - torch.manual_seed(42) before building the initial inputs, Model and ModelNew; both built
   on the host, then moved to the device;
@@ -24,22 +24,16 @@ import time
 
 import torch
 
-from .harness import classify
+from .harness import _import_code, classify
 from .verdicts import Reject
 
 SEED, TRIALS, WARMUP, TIMED = 42, 5, 3, 100
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
 
-def _exec(code, path=None):
-    """code run into a fresh namespace; from a file at `path` when given (where Triton
-    finds the source of the kernels it compiles)."""
+def _exec(code):
     ns = {}
-    if path:  # as an imported module would be
-        with open(path, "w") as f:
-            f.write(code)
-        ns["__name__"] = "kernelbench_candidate"
-    exec(compile(code, path or "<string>", "exec"), ns)
+    exec(compile(code, "<string>", "exec"), ns)
     return ns
 
 
@@ -116,8 +110,8 @@ def kernelbench_job(job):
             ref = ref.to(dev)
             gate.pause_point()
             where = "the candidate's import"
-            triton = job.get("language") == "triton"
-            sol = _exec(job["code"], os.path.join(job["workdir"], "kernelbench_candidate.py") if triton else None)
+            sol = _exec(job["code"]) if job.get("language") != "triton" else \
+                vars(_import_code(job["code"], "kernelbench_candidate", os.path.join(job["workdir"], "kernelbench_candidate.py")))
             gate.pause_point()
             where = "the candidate's constructor"
             _seed(SEED)
