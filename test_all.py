@@ -1447,7 +1447,8 @@ def test_a_long_quiet_spell_reports_where_each_job_stands(cache, tasks, monkeypa
         [v] = ev.evaluate([(tasks["gelu"], slow)])
     assert v.ok, (v.status, v.reason, v.message)
     err = capsys.readouterr().err
-    assert "evaluator: no job ended in the last 1 s; running:" in err and " of gelu (pid " in err, err
+    assert "evaluator: no job ended in the last 1 s; waiting to start: none; running: 1" in err, err
+    assert " of gelu (pid " in err, err
 
 
 def test_kernelbench_verdict_is_not_asked_of_what_never_built_or_attacked_the_evaluator():

@@ -267,12 +267,14 @@ class Evaluator:
             if "lock" in files:
                 os.remove(os.path.join(root, "lock"))
 
-    def _report_stall(self, active):
-        """No job has ended for STALL_SECONDS: each running one's state, on stderr (a long
-        build or a KernelBench-size check may be that slow; a job that never ends would be a
-        fault of the evaluator's, and this says where it stands)."""
+    def _report_stall(self, active, queues):
+        """No job has ended for STALL_SECONDS: each running one's state and how many wait to
+        start, on stderr (a long build or a KernelBench-size check may be that slow; a job
+        that never ends would be a fault of the evaluator's, and this says where it stands)."""
         t = gate.now()
-        print(f"evaluator: no job ended in the last {STALL_SECONDS:.0f} s; running:", file=sys.stderr)
+        waiting = ", ".join(f"{len(q)} {p}" for p, q in queues.items() if q) or "none"
+        print(f"evaluator: no job ended in the last {STALL_SECONDS:.0f} s; waiting to start: {waiting}; "
+              f"running: {len(active)}", file=sys.stderr)
         for r in active:
             held = ", stopped" * r.stopped + (f", in host work ({r.host})" if r.host else "")
             on = f", GPU {r.gpu}" if self.device == "cuda" and r.gpu is not None else ""
@@ -520,7 +522,7 @@ class Evaluator:
                     gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
                 if gate.now() - moved > STALL_SECONDS:
                     moved = gate.now()
-                    self._report_stall(active)
+                    self._report_stall(active, queues)
                 for r in list(active):
                     done = (r.conn in ready and r.receive()) or r.proc.sentinel in ready
                     if r.proc.sentinel in ready and r.result is None:
