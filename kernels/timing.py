@@ -25,9 +25,12 @@ from .correctness import tensors
 # A CPU round during which other processes used more than this many cores' worth of the
 # timing worker's cores is measured again, up to RETRIES times, then kept and flagged.
 LOAD_LIMIT, RETRIES = 0.25, 3
-# Cores' worth of CPU that threads the candidate started outside threading may use while the
-# reference is timed (ThreadWatch); more is rejected/thread.
-THREAD_LIMIT = 0.25
+# What threads the candidate started outside threading may use while the reference is timed
+# (ThreadWatch): a quarter of a core, and a tenth of the CPU time the process got over those
+# calls; more is rejected/thread. The share holds on a loaded machine, where such a thread
+# gets less than a core but still takes its part of what the reference had (honest
+# candidates' such threads, none in the seeds, would use nothing between their calls).
+THREAD_LIMIT, THREAD_SHARE = 0.25, 0.1
 SPOT_CHECKS = 3  # timed calls of the candidate whose outputs are checked afterwards (run_timing)
 # captured before any candidate runs
 _PROCESS_TIME, _MONOTONIC, _SLEEP, _CLOCK = time.process_time, time.monotonic, time.sleep, time.clock_gettime
@@ -93,7 +96,7 @@ class ThreadWatch:
 
     def __init__(self, tids0):
         self.tids0, self.tids, self.known = tids0, [], []
-        self.cpu, self.wall = [0.0, 0.0], [0.0, 0.0]  # [candidate, reference]
+        self.cpu, self.process, self.wall = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]  # [candidate, reference]
 
     def refresh(self):
         """List the threads again (at each round): the known ones' clocks, and the count of
@@ -128,11 +131,15 @@ class ThreadWatch:
             self.refresh()
             return
         self.cpu[is_ref] += (p - mark[1]) - (k - mark[0])  # summed raw: the reads' small errors cancel
+        self.process[is_ref] += p - mark[1]
         self.wall[is_ref] += t - mark[2]
 
-    def rates(self):
-        """-> (cores' worth they used while the reference was timed, while the candidate was)."""
-        return tuple(max(0.0, c) / w if w > 0 else 0.0 for c, w in zip(self.cpu[::-1], self.wall[::-1]))
+    def on_reference(self):
+        """-> (cores' worth they used while the reference was timed, their share of the
+        process's CPU time then, cores' worth while the candidate was)."""
+        cpu = max(0.0, self.cpu[1])
+        return (cpu / self.wall[1] if self.wall[1] > 0 else 0.0, cpu / self.process[1] if self.process[1] > 0 else 0.0,
+                max(0.0, self.cpu[0]) / self.wall[0] if self.wall[0] > 0 else 0.0)
 
 
 def _spread(xs):
@@ -303,10 +310,11 @@ def run_timing(h, ref, new):
         rr, rn = [], []
         while len(rr) < rounds:
             one_round(2 * runs, rr, rn)
-    on_ref, on_new = watch.rates()
-    if on_ref > THREAD_LIMIT:
+    on_ref, share, on_new = watch.on_reference()
+    if on_ref > THREAD_LIMIT or share > THREAD_SHARE:
         raise Reject("rejected", "thread", f"threads it started outside Python's threading ({len(watch.tids)} alive at the last look) "
-                     f"used {on_ref:.2f} cores while the reference was timed ({on_new:.2f} in its own timed calls)")
+                     f"used {on_ref:.2f} cores, {share:.0%} of the process's CPU time, while the reference was timed "
+                     f"({on_new:.2f} cores in its own timed calls)")
     if disturbed:
         h.flags.append("disturbed")
         h.notes.append(f"timed under load: other processes used {max(disturbed):.1f} cores' worth of its "
