@@ -687,6 +687,29 @@ def test_the_load_probe_sees_another_process_on_its_cores():
     assert load >= 0.5, load
 
 
+def test_children_cpu_counts_live_collected_and_grandchildren():
+    """timing.children_cpu: a child's work counts while it runs, after it ended and was
+    collected, and a grandchild's, reparented or not; this process's own work does not."""
+    from kernels import timing
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    c0 = timing.children_cpu()
+    mine = time.process_time()
+    while time.process_time() - mine < 0.2:
+        pass
+    assert timing.children_cpu() - c0 < 0.05  # our own spinning is not a child's
+    live = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(30)"])
+    grand = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {burn!r}]).wait()"
+    subprocess.run([sys.executable, "-c", grand], check=True)  # collected, its child collected by it
+    try:
+        deadline = time.monotonic() + 20
+        while timing.children_cpu() - c0 < 0.55 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert timing.children_cpu() - c0 >= 0.55  # 0.3 + 0.3, less a tick each
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
     """bench.py's account of a GPU's time, from the gate's state changes: timing while one
     worker holds the GPU, waiting while one asked and the others have not paused yet."""

@@ -1,9 +1,11 @@
-"""Correct, but leaves processes behind: a child that loops, and a `sleep 9871` detached in
-a session of its own by a double fork, as a candidate keeping a miner or a listener alive
-would. Every process a job starts must be gone when it ends, and the verdict must say one
-was left (the test also checks no `sleep 9871` survives)."""
+"""Correct, but leaves processes behind: a `sleep 9871` in a session of its own, and a child
+that waits, detached by a double fork, as a candidate keeping a listener alive would. Every
+process a job starts must be gone when it ends, and the verdict must say one was left (the
+test also checks no `sleep 9871` survives). (A child that works while the candidate is
+timed is stopped sooner: hacks/process_spinner.py.)"""
 import os
 import subprocess
+import time
 
 import torch
 import torch.nn as nn
@@ -26,7 +28,7 @@ class ModelNew(nn.Module):
                     os.setsid()
                     if os.fork() == 0:
                         while True:
-                            pass
+                            time.sleep(1)
                 finally:
                     os._exit(0)
         return torch.nn.functional.gelu(x)

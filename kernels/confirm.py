@@ -59,6 +59,7 @@ def measure(h, ref, new, tol):
         idle.append(_ms() - t0)
     idle = median(idle)
     xs = h.inputs()
+    children = timing.ChildWatch()
     candidate(xs), reference(xs)  # warm-up
     tr, tn, t0 = [], [], _ms()
     while len(tn) < MIN_PAIRS or (len(tn) < MAX_PAIRS and _ms() - t0 < 1e3 * SECONDS):
@@ -71,6 +72,7 @@ def measure(h, ref, new, tol):
         tn.append(max(ms - idle, 1e-4))
         tr.append(max(rms - idle, 1e-4))
         del out, r, xs
+    children.check("the second measurement")
     k = len(tn) // 3 or 1
     parts = [median(tr[i:i + k]) / median(tn[i:i + k]) for i in range(0, len(tn) - k + 1, k)][:3]
     spread = (max(parts) - min(parts)) / median(parts)

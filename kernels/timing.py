@@ -12,6 +12,7 @@ timed calls, drawn at random, are checked against the reference afterwards (spot
 import contextlib
 import os
 import random
+import resource
 import threading
 import time
 
@@ -31,15 +32,20 @@ LOAD_LIMIT, RETRIES = 0.25, 3
 # gets less than a core but still takes its part of what the reference had (honest
 # candidates' such threads, none in the seeds, would use nothing between their calls).
 THREAD_LIMIT, THREAD_SHARE = 0.25, 0.1
+# Cores' worth of CPU that processes the candidate started may use while it is timed
+# (ChildWatch, both programs' calls together); more is rejected/child_process.
+CHILD_LIMIT = 0.05
 SPOT_CHECKS = 3  # timed calls of the candidate whose outputs are checked afterwards (run_timing)
 # captured before any candidate runs
 _PROCESS_TIME, _MONOTONIC, _SLEEP, _CLOCK = time.process_time, time.monotonic, time.sleep, time.clock_gettime
+_LISTDIR, _OPEN, _READ, _CLOSE, _RUSAGE = os.listdir, os.open, os.read, os.close, resource.getrusage
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
 class LoadProbe:
     """What other processes take of this worker's cores over an interval: the cores' busy
     time (/proc/stat) less this process's own CPU time, in cores' worth. A candidate's child
-    processes count as others (its load is flagged, never rewarded)."""
+    processes count as others here; ChildWatch rejects their work."""
 
     def __init__(self):
         self.cores = sorted(os.sched_getaffinity(0))
@@ -142,6 +148,50 @@ class ThreadWatch:
                 max(0.0, self.cpu[0]) / self.wall[0] if self.wall[0] > 0 else 0.0)
 
 
+def children_cpu():
+    """CPU seconds of every process this one started, and theirs in turn: those alive (or
+    ended and not yet collected), from /proc; those collected, from getrusage. A child that
+    ends and is collected between two reads moves from one sum to the other."""
+    r = _RUSAGE(resource.RUSAGE_CHILDREN)
+    total, kids = r.ru_utime + r.ru_stime, {}
+    for name in _LISTDIR("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fd = _OPEN(f"/proc/{name}/stat", os.O_RDONLY)
+            try:
+                stat = _READ(fd, 4096).decode()
+            finally:
+                _CLOSE(fd)
+            v = stat.rpartition(")")[2].split()  # after the command name: state, ppid, ...
+            kids.setdefault(int(v[1]), []).append((int(name), sum(int(x) for x in v[11:15])))  # u/s time, theirs collected
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    todo = [os.getpid()]
+    while todo:
+        for pid, ticks in kids.get(todo.pop(), ()):
+            total += ticks / _TICK
+            todo.append(pid)
+    return total
+
+
+class ChildWatch:
+    """The CPU time of the processes the candidate started, over the whole timing: a child
+    that works while the reference is timed (a spinner on the worker's cores, told by a
+    shared page when the candidate runs) slows the reference alone, and an honest
+    candidate's processes (torch.compile's workers) wait idle. Read twice: it walks /proc."""
+
+    def __init__(self):
+        self.t, self.cpu = _MONOTONIC(), children_cpu()
+
+    def check(self, where):
+        """Raises Reject (child_process) when they used more than CHILD_LIMIT cores."""
+        used, wall = children_cpu() - self.cpu, _MONOTONIC() - self.t
+        if wall > 0 and used / wall > CHILD_LIMIT:
+            raise Reject("rejected", "child_process", f"processes it started used {used / wall:.2f} cores' worth of "
+                         f"CPU time while it was timed ({where}): work beside the timed calls")
+
+
 def _spread(xs):
     return (max(xs) - min(xs)) / median(xs) if xs and median(xs) > 0 else 0.0
 
@@ -238,6 +288,7 @@ def run_timing(h, ref, new):
     # slows the reference alone; the candidate's own pool working in its calls is its work
     watch = ThreadWatch(h.tids0)
     watch.refresh()
+    children = ChildWatch()
     probe = h.load_probe() if h.load_probe else None  # LoadProbe on the CPU
     disturbed = []  # the other processes' load (cores' worth) of each round kept despite it
 
@@ -315,6 +366,7 @@ def run_timing(h, ref, new):
         raise Reject("rejected", "thread", f"threads it started outside Python's threading ({len(watch.tids)} alive at the last look) "
                      f"used {on_ref:.2f} cores, {share:.0%} of the process's CPU time, while the reference was timed "
                      f"({on_new:.2f} cores in its own timed calls)")
+    children.check("the timing")
     if disturbed:
         h.flags.append("disturbed")
         h.notes.append(f"timed under load: other processes used {max(disturbed):.1f} cores' worth of its "
