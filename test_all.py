@@ -567,7 +567,7 @@ class _TimedHarness:
         import contextlib
         self.reference_flags = self.calling = contextlib.nullcontext
         self.candidate_flags = lambda where: contextlib.nullcontext()
-        self.check_forward = self.integrity = lambda *a: None
+        self.check_forward = self.integrity = lambda *a, **k: None
         self.flags, self.load_probe = [], None
         from kernels import timing
         self.tids0 = timing.thread_baseline()  # this process's threads are the harness's
@@ -665,6 +665,44 @@ def test_cpu_rounds_under_load_are_measured_again_then_flagged(monkeypatch, load
     else:  # the first round measured RETRIES + 1 times, then kept; the later ones not retried
         assert len(seen) == timing.RETRIES + rounds and "disturbed" in h.flags
         assert any("under load" in n for n in h.notes)
+
+
+@pytest.mark.parametrize("loaded", [2, 1000])
+def test_the_second_timer_under_load_measures_again_and_a_disagreement_is_measured_again_later(monkeypatch, loaded):
+    """An honest candidate timed at 2.82x on a busy 2-core machine, then at 0.16x by the
+    second timer, was rejected unconfirmed. The second timer now measures again while other
+    processes use its cores (a fake probe: a core of load in the first `loaded` attempts);
+    a load past the retries is reported, and a disagreement then gets another second
+    measurement later (the load may have passed), up to evaluator.CONFIRM_TRIES, where
+    without load it is rejected at once. Kept flagged instead, a cheat that disagrees with
+    the second timer would pass whenever the machine is busy (hacks/confirm_first_only.py
+    did)."""
+    from types import SimpleNamespace
+    from kernels import confirm
+    monkeypatch.setattr(confirm, "_SLEEP", lambda s: None)
+    monkeypatch.setattr(confirm, "SECONDS", 0.01)
+    h = _TimedHarness(dict(config.DEFAULTS, backend="cpu"))
+    seen = []
+
+    class Probe:
+        def start(self):
+            pass
+
+        def stop(self):
+            seen.append(1)
+            return 1.0 if len(seen) <= loaded else 0.0
+    h.load_probe = Probe
+    ref_ms, new_ms, spread, load = confirm.measure(h, lambda x: x * 2, lambda x: x * 2, 0.0)
+    assert len(seen) == (3 if loaded == 2 else confirm.timing.RETRIES + 1)
+    assert (load is None) == (loaded == 2)
+    ev = SimpleNamespace(cfg=dict(confirm_margin=config.DEFAULTS["confirm_margin"]))
+    first = dict(status="ok", speedup=2.82, spread=0.1, flags=[], message="")
+    second = dict(status="ok", speedup=0.16, spread=0.1)
+    assert kernels.Evaluator._confirmed(ev, first, second, tries_left=2)["reason"] == "unconfirmed"
+    second.update(flags=["disturbed"], message="other processes used 1.0 cores' worth of its own")
+    assert kernels.Evaluator._confirmed(ev, first, second, tries_left=2) is None  # measured again later
+    v = kernels.Evaluator._confirmed(ev, first, second, tries_left=0)  # each time under load: a cheat's hope
+    assert v["reason"] == "unconfirmed" and "load" in v["message"]
 
 
 def test_the_load_probe_sees_another_process_on_its_cores():

@@ -117,6 +117,9 @@ def run_checks(h):
             kept = (ref, new, ref64)
         del ref64, held
     h.max_err, h.tol = max(errs), min(tols)
+    # kernels it registered for the reference's ops (at import or in a call) would have made
+    # the reference's outputs, not only its speed, the candidate's own
+    h.integrity("the checks", dispatch=True)
     if constant:  # the output never changed with the input, like the all-zero task that scored 120x
         h.flags.append("input_independent")
     return kept

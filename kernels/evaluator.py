@@ -17,6 +17,7 @@ from .builds import cache_root
 from .verdicts import Reject, Verdict, unusable
 
 STALL_SECONDS = 300.0  # no job ended for this long: the running ones' states are reported
+CONFIRM_TRIES = 3  # second measurements of one candidate, where each disagreed under load on the CPU
 
 # ----------------------------------------------------------------------------------------
 # The parent: schedule compile workers on the CPU cores and run workers on the GPUs
@@ -349,18 +350,25 @@ class Evaluator:
         return (res["status"] == "ok" and res.get("new_ms") and not item.get("confirm")
                 and 0 < self.cfg["confirm_speedup"] <= res["speedup"])
 
-    def _confirmed(self, first, second):
+    def _confirmed(self, first, second, tries_left=0):
         """The verdict of a candidate timed twice: the first measurement's, if the second (a
         fresh worker, another timer) agrees within both spreads and confirm_margin; else
-        rejected/unconfirmed. A failure in the second worker stands as it is."""
+        rejected/unconfirmed. A second measurement that disagrees while other processes kept
+        its CPU busy (its candidate's own are rejected there) says little: None while
+        tries_left, and the caller measures it again later. A failure in the second worker
+        stands as it is."""
         if second["status"] != "ok":
             return dict(second, message=f"{second.get('message', '')} (in the second measurement, a fresh worker)")
         s1, s2 = first["speedup"], second["speedup"]
         allowed = 1 + self.cfg["confirm_margin"] + (first.get("spread") or 0) + (second.get("spread") or 0)
+        loaded = "disturbed" in (second.get("flags") or ())
+        if s2 * allowed < s1 and loaded and tries_left:
+            return None
         if s2 * allowed < s1:
             return Reject("rejected", "unconfirmed", (
                 f"timed at {s1:.2f}x, then at {s2:.2f}x in a fresh worker by a second timer (more than the "
                 f"{allowed:.2f}x apart that the two measurements' spreads allow): its speed depends on how it is measured"
+                + (f" (or on the load: {second.get('message', '')}, each time it was measured again)" if loaded else "")
             )).result()
         note = f"confirmed at {s2:.2f}x by a second timer in a fresh worker"
         return dict(first, confirmed=s2, message="; ".join(m for m in (first.get("message"), note) if m))
@@ -557,7 +565,12 @@ class Evaluator:
                             queues["run"].appendleft(r.item)  # first: no candidate waits long for its verdict
                             continue
                         if r.item.get("confirm"):
-                            res = self._confirmed(r.item["first"], res)
+                            left = r.item.setdefault("confirm_tries", CONFIRM_TRIES) - 1
+                            res = self._confirmed(r.item["first"], res, left)
+                            if res is None:  # disagreed under load: again, after the jobs now waiting
+                                r.item["confirm_tries"] = left
+                                queues["run"].append(r.item)
+                                continue
                         kb = self._kernelbench(r.item, res)
                         if kb is None:  # first in line, as a confirmation: the verdict lands only after it
                             r.item["verdict"], r.item["kb_job"] = res, True

@@ -33,17 +33,49 @@ def flag_table():
         bf16_reduced=attr(b.cuda.matmul, "allow_bf16_reduced_precision_reduction"),
         deterministic=(torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
         mkldnn=attr(b.mkldnn, "enabled"),
+        # autograd's state: recording a graph (and, in anomaly mode, a stack trace) for every
+        # op of the reference is a cost per op, which a fused candidate pays once
+        grad=(torch.is_grad_enabled, torch.set_grad_enabled), anomaly=(torch.is_anomaly_enabled, torch.set_anomaly_enabled),
         default_dtype=((lambda get=torch.get_default_dtype: str(get())), None),
-        threads=(torch.get_num_threads, None))
+        threads=(torch.get_num_threads, None),
+        # Python code run for every torch call or op (a TorchFunctionMode, torch.set_default_device,
+        # a TorchDispatchMode) or a profiler recording each: this thread's, read only
+        function_modes=(torch._C._len_torch_function_stack, None),
+        dispatch_modes=(torch._C._len_torch_dispatch_stack, None),
+        profiler=(torch._C._autograd._profiler_enabled, None))
 
 
 FLAGS = flag_table()
+
+
+# The kernels the dispatcher runs for a plain tensor's op: a candidate that registers its own
+# for an op the reference uses (torch.library "IMPL" on aten::addmm, say, or TORCH_LIBRARY_IMPL
+# in a C++ extension) slows or changes the reference. Meta, Python, functionalization and the
+# like serve tracing and compilation, where torch itself registers kernels later.
+DISPATCH_KEYS = {"CPU", "CUDA", "BackendSelect", "ADInplaceOrView", "Autograd", "AutogradCPU", "AutogradCUDA",
+                 "AutogradOther", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                 "CompositeExplicitAutogradNonFunctional"}
+_OP_NAMES, _DUMP = torch._C._dispatch_get_all_op_names, torch._C._dispatch_dump  # captured at import
+
+
+def dispatch_table(names=None):
+    """{op: a hash of its kernels for DISPATCH_KEYS} for aten and prims ops (those of `names`),
+    from the dispatcher's own listing: about 50 ms for all of them."""
+    names = names or [n for n in _OP_NAMES() if n.startswith(("aten::", "prims::"))]
+    return {n: hash(tuple(line for line in _DUMP(n).splitlines()
+                          if line.partition(":")[0].partition("[")[0] in DISPATCH_KEYS)) for n in names}
+
+
+def overridden(table):
+    """-> the ops of `table` (dispatch_table) whose kernels changed since."""
+    now = dispatch_table(list(table))
+    return [n for n, h in table.items() if now[n] != h]
 # The flag policy (EVAL.md, "How a candidate is judged"): whatever a candidate sets applies to
 # its own calls only and is undone after each; numerics flags (TF32, matmul precision) are
 # then judged by the float64 comparison. Speed-only flags also apply to the reference while
 # timing, so they earn nothing by themselves. The harness's own conditions are fixed.
 SPEED_FLAGS = ("cudnn_benchmark",)
-FIXED_FLAGS = ("default_dtype", "threads")
+FIXED_FLAGS = ("default_dtype", "threads", "function_modes", "dispatch_modes", "profiler")
 
 
 def read_flags():

@@ -399,6 +399,7 @@ class Harness:
             + [(f"triton {c.__qualname__}", c) for c in triton])  # their counted launches
         self.hooks0 = self._global_hooks()
         self.interp0 = guards.interpreter_hooks()
+        self.dispatch0 = guards.dispatch_table()
         path = os.path.join(self.workdir, "candidate.py")
         try:
             with self.candidate_flags("import"):
@@ -435,12 +436,17 @@ class Harness:
         return sum(len(getattr(m, n, {})) for n in (
             "_global_forward_hooks", "_global_forward_pre_hooks", "_global_module_registration_hooks"))
 
-    def integrity(self, where):
-        """Every hack class that leaves a trace outside the output, checked after each phase."""
+    def integrity(self, where, dispatch=False):
+        """Every hack class that leaves a trace outside the output, checked after each phase;
+        with `dispatch`, the dispatcher's kernels too (40 ms: after the checks and the timings)."""
         bad = guards.patched(self.snap)
         if bad:
             raise Reject("rejected", "harness_patched",
                          f"candidate replaced {', '.join(sorted(bad)[:5])} (during {where})")
+        ops = guards.overridden(self.dispatch0) if dispatch else []
+        if ops:
+            raise Reject("rejected", "harness_patched", f"candidate registered its own kernels for "
+                         f"{', '.join(sorted(ops)[:5])}, which the reference may run (during {where})")
         flags = guards.read_flags()  # outside its own calls (a thread of the candidate, say)
         changed = [f"{k}: {self.flags0[k]} -> {flags[k]}" for k in flags if flags[k] != self.flags0[k]]
         if changed:

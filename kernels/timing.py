@@ -372,7 +372,7 @@ def run_timing(h, ref, new):
         h.notes.append(f"timed under load: other processes used {max(disturbed):.1f} cores' worth of its "
                        f"own in {len(disturbed)} round(s), the first measured {RETRIES + 1} times; the speedup may be off")
     h.check_forward(new, "timing")
-    h.integrity("timing")
+    h.integrity("timing", dispatch=True)
     h.spots = ([s for s in slots if s[2]], seen[0])
     return median(rr), median(rn), _spread(speedups(rr, rn))
 
