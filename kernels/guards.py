@@ -42,7 +42,34 @@ def flag_table():
         # a TorchDispatchMode) or a profiler recording each: this thread's, read only
         function_modes=(torch._C._len_torch_function_stack, None),
         dispatch_modes=(torch._C._len_torch_dispatch_stack, None),
-        profiler=(torch._C._autograd._profiler_enabled, None))
+        profiler=(torch._C._autograd._profiler_enabled, None),
+        # the worker's own threads (torch's pool) pinned to fewer cores: its parallel ops slow down
+        threads_moved=(_threads_moved, None))
+
+
+_GET_AFFINITY = os.sched_getaffinity
+_CORES = {}  # tid -> its cores, for the threads watch_affinity was given
+
+
+def watch_affinity(tids):
+    """Remember the cores of these threads (the worker's own, before the candidate loads)."""
+    _CORES.clear()
+    for t in tids:
+        try:
+            _CORES[int(t)] = _GET_AFFINITY(int(t))
+        except OSError:
+            pass
+
+
+def _threads_moved():
+    """How many of the watched threads now run on other cores (one that ended: not moved)."""
+    moved = 0
+    for t, cores in _CORES.items():
+        try:
+            moved += _GET_AFFINITY(t) != cores
+        except OSError:
+            pass
+    return moved
 
 
 FLAGS = flag_table()
@@ -75,7 +102,7 @@ def overridden(table):
 # then judged by the float64 comparison. Speed-only flags also apply to the reference while
 # timing, so they earn nothing by themselves. The harness's own conditions are fixed.
 SPEED_FLAGS = ("cudnn_benchmark",)
-FIXED_FLAGS = ("default_dtype", "threads", "function_modes", "dispatch_modes", "profiler")
+FIXED_FLAGS = ("default_dtype", "threads", "function_modes", "dispatch_modes", "profiler", "threads_moved")
 
 
 def read_flags():

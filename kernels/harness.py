@@ -380,9 +380,11 @@ class Harness:
         guards.count_torch_extensions(around=self.building)
         triton = guards.count_triton_launches() if "triton" in (self.job["code"] or "") else []
         guards.track_thread_origins()
+        self.tids0 = timing.thread_baseline()  # every thread, from compiled code too
+        # their cores may not change; on a GPU the gate moves the main thread itself (gate.py)
+        guards.watch_affinity(self.tids0 - ({str(threading.main_thread().native_id)} if self.cuda else set()))
         self.flags0 = self.applied = guards.read_flags()
         self.threads0 = {t.ident for t in threading.enumerate()}
-        self.tids0 = timing.thread_baseline()  # every thread, from compiled code too
         self.snap = guards.snapshot([
             ("torch", torch), ("torch.Tensor", torch.Tensor), ("TensorBase", torch._C.TensorBase),
             ("F", torch.nn.functional), ("torch.cuda", torch.cuda), ("Event", torch.cuda.Event),
