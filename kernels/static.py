@@ -158,7 +158,7 @@ def _settable(q):
 
 # Functions a kernel library has no use for: starting, signalling or tracing processes, raw
 # system calls, loading code, changing memory protection, sockets, signal handlers and
-# timers, threads of its own, process limits and placement.
+# timers, threads of its own, process limits, placement and priority, the allocator's settings.
 DENIED_SYMBOLS = {
     "fork", "vfork", "clone", "clone3", "kill", "killpg", "tgkill", "tkill", "ptrace", "syscall",
     "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve", "system", "popen",
@@ -166,6 +166,8 @@ DENIED_SYMBOLS = {
     "socket", "connect", "bind", "listen", "accept", "sendmsg", "signal", "sigaction", "setitimer",
     "alarm", "timer_create", "pthread_create", "prctl", "setrlimit", "prlimit", "sched_setaffinity",
     "setpriority", "unshare", "setns", "mount", "process_vm_writev", "process_vm_readv",
+    "pthread_setaffinity_np", "sched_setscheduler", "sched_setparam", "sched_setattr", "pthread_setschedparam",
+    "mallopt", "malloc_trim",  # the host allocator's settings: the reference's allocations
 }
 # What the CUDA runtime, linked statically into every library nvcc builds, imports itself (nm
 # -u of libcudart_static.a): allowed in a CUDA build, where a candidate's own use of them
