@@ -119,6 +119,18 @@ def write_flags(values):
                 put(values[k])
 
 
+# Settings torch can set but not read back: oneDNN's and MKL's verbose modes, which print a
+# line for every primitive run (a convolution took 2.3x as long with oneDNN's on). Turned off
+# after each candidate call and before each reference call, so a candidate's apply to its own.
+_verbose = getattr(torch._C, "_verbose", None)
+_QUIET = [f for f in (getattr(_verbose, "mkldnn_set_verbose", None), getattr(_verbose, "mkl_set_verbose", None)) if f]
+
+
+def quiet():
+    for f in _QUIET:
+        f(0)
+
+
 INHERITED = object()  # a class attribute found on a base class, not on the class itself
 
 

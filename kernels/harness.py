@@ -267,6 +267,7 @@ class Harness:
             self.own_flags.update({k: v for k, v in now.items() if v != self.applied[k]})
             self.own_flags = {k: v for k, v in self.own_flags.items() if v != self.flags0[k]}
             guards.write_flags(self.flags0)
+            guards.quiet()
             self.applied = self.flags0
         fixed = [k for k in guards.FIXED_FLAGS if k in self.own_flags]
         if fixed:
@@ -279,6 +280,7 @@ class Harness:
         candidate set, so that a flag alone earns no speedup."""
         self.applied = {**self.flags0, **{k: v for k, v in self.own_flags.items() if k in guards.SPEED_FLAGS}}
         guards.write_flags(self.applied)
+        guards.quiet()
         try:
             yield
         finally:
