@@ -567,7 +567,8 @@ class _TimedHarness:
         import contextlib
         self.reference_flags = self.calling = contextlib.nullcontext
         self.candidate_flags = lambda where: contextlib.nullcontext()
-        self.check_forward = self.integrity = lambda *a, **k: None
+        self.check_forward = self.integrity = self.check_reference = lambda *a, **k: None
+        self.ref_state = None
         self.flags, self.load_probe = [], None
         from kernels import timing
         self.tids0 = timing.thread_baseline()  # this process's threads are the harness's

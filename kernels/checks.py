@@ -28,6 +28,7 @@ def run_checks(h):
         h.gate.pause_point()
         ref, new = h.models(seed)
         ref64 = correctness.float64_copy(ref)
+        states = [h.reference_state(ref), h.reference_state(ref64)]  # before any call of the candidate
         prints = []  # (candidate, reference) fingerprints of this seed's calls, and their distribution
         held = []    # this seed's earlier outputs, kept alive so a reused buffer shows, and
         addresses = set()  # their storages' addresses, read when they were new: an output a later
@@ -68,6 +69,8 @@ def run_checks(h):
                     raise Reject("rejected", "input_mutated", f"input {i} was modified in place ({where})")
             h.check_forward(new, "forward")
             h.integrity("forward")
+            h.check_reference(ref, states[0], where)
+            h.check_reference(ref64, states[1], where)
             had64 = ref64 is not None
             h.gate.pause_point()
             try:
@@ -114,7 +117,7 @@ def run_checks(h):
             addresses |= {t.untyped_storage().data_ptr() for t in tensors(out) if t.numel()}
             del out, r32, r64, snap
         if kept is None:
-            kept = (ref, new, ref64)
+            kept, h.ref_state = (ref, new, ref64), states[0]
         del ref64, held
     h.max_err, h.tol = max(errs), min(tols)
     # kernels it registered for the reference's ops (at import or in a call) would have made

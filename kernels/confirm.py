@@ -104,6 +104,7 @@ def confirm_job(job):
             return harness.reference_failed(e)
         try:
             h.gate.pause_point()
+            state = h.reference_state(ref)
             h.load_candidate()
             new = h.candidate(job["seed"])
             # both programs' first calls (cuDNN autotuning, a lazy build: seconds for some
@@ -128,6 +129,7 @@ def confirm_job(job):
                 h.gate.release()
             h.check_forward(new, "the second measurement")
             h.integrity("the second measurement", dispatch=True)
+            h.check_reference(ref, state, "the second measurement")
         except BaseException as e:
             return harness.failed(h, e)
     # under load, what the Evaluator says instead of rejecting a disagreement (evaluator.py)

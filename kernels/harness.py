@@ -135,6 +135,7 @@ class Harness:
         self.left = []  # the candidate's threads still running when its last forward returned
         self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
         self.spots = ([], 0)  # timed calls kept for the spot check (timing.py), of how many
+        self.ref_state = None  # the timed reference model's state before the candidate's first call
         # The same for reference and candidate alike: PyTorch's own defaults (cuDNN convolutions
         # in TF32 on Ampere and later, matmuls in full fp32), the reference as its users run it
         # and as KernelBench and CUDA-L1 time it; TF32 everywhere with allow_lowp, nowhere with
@@ -485,6 +486,28 @@ class Harness:
         self.fwd0[id(new)] = _how_called(new)
         if any(m._forward_hooks or m._forward_pre_hooks for m in new.modules()):
             raise Reject("rejected", "forward_hook", "ModelNew registers forward hooks")
+
+    @staticmethod
+    def reference_state(ref):
+        """What a candidate that reached the reference's model (through gc, say) could change
+        in it between calls: each module's hooks, an instance-level forward or __call__, the
+        submodules themselves, and the parameters' and buffers' storage and values."""
+        if ref is None:
+            return None
+        mods = [(n, type(m), len(m._forward_hooks), len(m._forward_pre_hooks),
+                 tuple(k for k in ("forward", "__call__") if k in vars(m))) for n, m in ref.named_modules()]
+        ts = list(ref.parameters()) + list(ref.buffers())
+        return mods, [(t.data_ptr(), t.dtype) for t in ts], correctness.fingerprint(ts)
+
+    def check_reference(self, ref, state, where):
+        """Raises Reject (reference_changed) when `ref` no longer matches `state`."""
+        if state is None:
+            return
+        now = self.reference_state(ref)
+        if now[:2] != state[:2] or not correctness.same_fingerprint(now[2], state[2]):
+            what = "hooks, forward or modules" if now[0] != state[0] else "weights"
+            raise Reject("rejected", "reference_changed", f"the reference's model was changed ({what}) "
+                         f"during {where}: it would run slower, or compute what the candidate does")
 
     def check_forward(self, new, where):
         if any(a is not b for a, b in zip(_how_called(new), self.fwd0[id(new)])):

@@ -373,6 +373,7 @@ def run_timing(h, ref, new):
                        f"own in {len(disturbed)} round(s), the first measured {RETRIES + 1} times; the speedup may be off")
     h.check_forward(new, "timing")
     h.integrity("timing", dispatch=True)
+    h.check_reference(ref, h.ref_state, "timing")
     h.spots = ([s for s in slots if s[2]], seen[0])
     return median(rr), median(rn), _spread(speedups(rr, rn))
 
