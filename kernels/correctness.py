@@ -245,6 +245,18 @@ def fingerprint(out):
     return [(tuple(t.shape), total(t), t.reshape(-1)[:: max(1, t.numel() // 4096)].double().cpu()) for t in ts]
 
 
+def checksum(ts):
+    """One identity of many tensors' values (a model's weights), read back in one transfer:
+    each one's sum, a chunk at a time in float64, and a strided sample of its values, as
+    int64 bits (NaN compares equal to itself)."""
+    ts = [torch.view_as_real(t.detach()) if t.is_complex() else t.detach() for t in ts if t.numel()]
+    if not ts:
+        return torch.zeros(0, dtype=torch.int64)
+    sums = [torch.stack([c.sum(dtype=torch.float64) for c in t.reshape(-1).split(_CHUNK)]).sum() for t in ts]
+    parts = [torch.stack(sums)] + [t.reshape(-1)[:: max(1, t.numel() // 256)].double() for t in ts]
+    return torch.cat(parts).view(torch.int64).cpu()
+
+
 def same_fingerprint(a, b):
     return len(a) == len(b) and all(x[0] == y[0] and x[1] == y[1] and torch.equal(x[2], y[2])
                                     for x, y in zip(a, b))

@@ -497,14 +497,14 @@ class Harness:
         mods = [(n, type(m), len(m._forward_hooks), len(m._forward_pre_hooks),
                  tuple(k for k in ("forward", "__call__") if k in vars(m))) for n, m in ref.named_modules()]
         ts = list(ref.parameters()) + list(ref.buffers())
-        return mods, [(t.data_ptr(), t.dtype) for t in ts], correctness.fingerprint(ts)
+        return mods, [(t.data_ptr(), t.dtype) for t in ts], correctness.checksum(ts)
 
     def check_reference(self, ref, state, where):
         """Raises Reject (reference_changed) when `ref` no longer matches `state`."""
         if state is None:
             return
         now = self.reference_state(ref)
-        if now[:2] != state[:2] or not correctness.same_fingerprint(now[2], state[2]):
+        if now[:2] != state[:2] or not torch.equal(now[2], state[2]):
             what = "hooks, forward or modules" if now[0] != state[0] else "weights"
             raise Reject("rejected", "reference_changed", f"the reference's model was changed ({what}) "
                          f"during {where}: it would run slower, or compute what the candidate does")
