@@ -680,7 +680,7 @@ def test_the_second_timer_under_load_measures_again_and_a_disagreement_is_measur
     did)."""
     from types import SimpleNamespace
     from kernels import confirm
-    monkeypatch.setattr(confirm, "_SLEEP", lambda s: None)
+    monkeypatch.setattr(confirm.timing, "_SLEEP", lambda s: None)
     monkeypatch.setattr(confirm, "SECONDS", 0.01)
     h = _TimedHarness(dict(config.DEFAULTS, backend="cpu"))
     seen = []

@@ -19,7 +19,7 @@ import torch
 from . import correctness, harness, timing
 from .verdicts import Reject, median
 
-_NOW, _RAW, _SLEEP = time.clock_gettime_ns, time.CLOCK_MONOTONIC_RAW, time.sleep
+_NOW, _RAW = time.clock_gettime_ns, time.CLOCK_MONOTONIC_RAW
 SECONDS = 0.3        # of timed pairs (both programs), about; at least MIN_PAIRS of them however long
 MIN_PAIRS, MAX_PAIRS = 3, 200
 
@@ -62,12 +62,7 @@ def measure(h, ref, new, tol):
     xs = h.inputs()
     children = timing.ChildWatch()
     candidate(xs), reference(xs)  # warm-up
-    # on the CPU, measured again while other processes use its cores, as the first timer's
-    # rounds are (timing.LoadProbe); a load that outlasts the retries is reported (load)
-    probe = h.load_probe() if h.load_probe else None
-    for attempt in range(timing.RETRIES + 1):
-        if probe:
-            probe.start()
+    def pairs():
         tr, tn, t0 = [], [], _ms()
         while len(tn) < MIN_PAIRS or (len(tn) < MAX_PAIRS and _ms() - t0 < 1e3 * SECONDS):
             xs = h.inputs()  # new values every pair; the candidate sees them first
@@ -79,12 +74,10 @@ def measure(h, ref, new, tol):
             tn.append(max(ms - idle, 1e-4))
             tr.append(max(rms - idle, 1e-4))
             del out, r, xs
-        load = probe.stop() if probe else None
-        if load is None or load <= timing.LOAD_LIMIT:
-            load = None
-            break
-        if attempt < timing.RETRIES:
-            _SLEEP(0.2 * (attempt + 1))
+        return tr, tn
+    # on the CPU, measured again while other processes use its cores, as the first timer's
+    # rounds are; a load that outlasts the retries is reported (load)
+    (tr, tn), load = timing.retried(h.load_probe() if h.load_probe else None, pairs)
     children.check("the second measurement")
     k = len(tn) // 3 or 1
     parts = [median(tr[i:i + k]) / median(tn[i:i + k]) for i in range(0, len(tn) - k + 1, k)][:3]

@@ -192,6 +192,22 @@ class ChildWatch:
                          f"CPU time while it was timed ({where}): work beside the timed calls")
 
 
+def retried(probe, measure, retries=RETRIES):
+    """measure() again while other processes used this worker's cores (probe, a LoadProbe, or
+    None on a GPU), up to `retries` times, a growing pause between (a passing load may be
+    gone by then) -> (the last result, that load where it outlasted the retries, else None)."""
+    for attempt in range(retries + 1):
+        if probe:
+            probe.start()
+        out = measure()
+        load = probe.stop() if probe else None
+        if load is None or load <= LOAD_LIMIT:
+            return out, None
+        if attempt < retries:
+            _SLEEP(0.2 * (attempt + 1))
+    return out, load
+
+
 def _spread(xs):
     return (max(xs) - min(xs)) / median(xs) if xs and median(xs) > 0 else 0.0
 
@@ -294,27 +310,21 @@ def run_timing(h, ref, new):
 
     def one_round(runs, rr, rn):
         # On the CPU, a round during which other processes used the timing cores is measured
-        # again, up to RETRIES times: a load that slows the multi-threaded reference more
-        # than the candidate would move the speedup several-fold, not cancel out. Once a load
-        # has outlasted the retries, the later rounds are not retried (it is not passing).
-        retries = 0 if disturbed else RETRIES
-        for attempt in range(retries + 1):
+        # again (retried): a load that slows the multi-threaded reference more than the
+        # candidate would move the speedup several-fold, not cancel out. Once a load has
+        # outlasted the retries, the later rounds are not retried (it is not passing).
+        def pairs():
             watch.refresh()
-            if probe:
-                probe.start()
             tr, tn = [], []
             for _ in range(runs):
                 pair = [(ref_fn, tr), (new, tn)]
                 rng.shuffle(pair)
                 for fn, acc in pair:
                     acc.append(timed(fn))
-            load = probe.stop() if probe else None
-            if load is None or load <= LOAD_LIMIT:
-                break
-            if attempt == retries:
-                disturbed.append(load)
-            else:
-                _SLEEP(0.2 * (attempt + 1))  # a passing load may be gone by then
+            return tr, tn
+        (tr, tn), load = retried(probe, pairs, 0 if disturbed else RETRIES)
+        if load is not None:
+            disturbed.append(load)
         rr.append(median(tr))
         rn.append(median(tn))
 
