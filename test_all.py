@@ -749,6 +749,34 @@ def test_children_cpu_counts_live_collected_and_grandchildren():
         live.wait()
 
 
+def test_thread_cores_watch_leaves_out_the_calling_thread_of_a_forked_worker():
+    """guards.watch_affinity in a forked process (as every worker is): the thread the GPU gate
+    moves, the caller, is left out by its real tid (threading.main_thread().native_id still
+    names the parent's thread there), and any other watched thread that moves is counted."""
+    from kernels import guards
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            import threading
+            stop = threading.Event()
+            other = threading.Thread(target=stop.wait)
+            other.start()
+            tids = set(os.listdir("/proc/self/task"))
+            one = {min(os.sched_getaffinity(0))}
+            guards.watch_affinity(tids, but_this_thread=True)
+            os.sched_setaffinity(0, one)  # this thread: the gate's move, not counted
+            left_out = guards._threads_moved() == 0
+            os.sched_setaffinity(other.native_id, one)  # another thread: counted
+            code = 0 if left_out and guards._threads_moved() == 1 else 3
+            stop.set()
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] >> 8 == 0
+
+
 def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
     """bench.py's account of a GPU's time, from the gate's state changes: timing while one
     worker holds the GPU, waiting while one asked and the others have not paused yet."""
@@ -2836,3 +2864,22 @@ def test_hf_teacher_samples_a_local_checkpoint(pipeline, tasks):
         assert text and text == want.text, (task.name, text, want.text)
     with pytest.raises(FileNotFoundError):
         list(sft.teacher_stream("hf:/no/such/model", [tasks["gelu"]], cfg, "cpp"))
+
+
+def test_reference_state_check_sees_weights_and_hooks_and_passes_a_dropped_float64_copy():
+    """Harness.check_reference: a weight changed in place or a hook added is reference_changed;
+    a float64 copy dropped after its run failed (None) is no longer checked, not an error."""
+    from kernels.harness import Harness, Reject
+    h = Harness.__new__(Harness)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    state = h.reference_state(ref)
+    h.check_reference(ref, state, "a call")  # unchanged
+    h.check_reference(None, state, "a call")  # dropped
+    with torch.no_grad():
+        ref[0].weight[1, 2] += 1e-3
+    with pytest.raises(Reject, match="weights"):
+        h.check_reference(ref, state, "a call")
+    state = h.reference_state(ref)
+    ref[1].register_forward_pre_hook(lambda m, a: None)
+    with pytest.raises(Reject, match="hooks"):
+        h.check_reference(ref, state, "a call")

@@ -51,10 +51,13 @@ _GET_AFFINITY = os.sched_getaffinity
 _CORES = {}  # tid -> its cores, for the threads watch_affinity was given
 
 
-def watch_affinity(tids):
-    """Remember the cores of these threads (the worker's own, before the candidate loads)."""
+def watch_affinity(tids, but_this_thread=False):
+    """Remember the cores of these threads (the worker's own, before the candidate loads);
+    but_this_thread: leave out the calling thread (on a GPU the gate moves it). Its tid is
+    asked of the kernel: in a forked worker, threading.main_thread().native_id still names
+    the thread of the process it was forked from."""
     _CORES.clear()
-    for t in tids:
+    for t in set(tids) - ({str(threading.get_native_id())} if but_this_thread else set()):
         try:
             _CORES[int(t)] = _GET_AFFINITY(int(t))
         except OSError:
