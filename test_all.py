@@ -777,6 +777,24 @@ def test_thread_cores_watch_leaves_out_the_calling_thread_of_a_forked_worker():
     assert os.waitpid(pid, 0)[1] >> 8 == 0
 
 
+def test_settle_children_waits_for_a_busy_child_to_go_idle_and_no_longer():
+    """timing.settle_children: no child, no wait; a child busy for a while (torch.compile's
+    workers importing torch) is waited for until it idles; one busy for ever, up to the limit."""
+    from kernels import timing
+    assert timing.settle_children(lambda: None) < 0.2  # one walk of /proc
+    busy = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {}: pass\ntime.sleep(60)\n"
+    for seconds, limit, low, high in ((1.0, 30.0, 0.6, 15.0), (600, 1.5, 1.5, 4.0)):
+        child = subprocess.Popen([sys.executable, "-c", busy.format(seconds)])
+        try:
+            pauses = []
+            waited = timing.settle_children(lambda: pauses.append(1), limit=limit)
+            assert low <= waited <= high, (seconds, waited)
+            assert pauses  # the gate is answered while it waits
+        finally:
+            child.kill()
+            child.wait()
+
+
 def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
     """bench.py's account of a GPU's time, from the gate's state changes: timing while one
     worker holds the GPU, waiting while one asked and the others have not paused yet."""

@@ -35,6 +35,7 @@ THREAD_LIMIT, THREAD_SHARE = 0.25, 0.1
 # Cores' worth of CPU that processes the candidate started may use while it is timed
 # (ChildWatch, both programs' calls together); more is rejected/child_process.
 CHILD_LIMIT = 0.05
+SETTLE_S = 30.0  # the longest wait for those processes to go idle before timing (settle_children)
 SPOT_CHECKS = 3  # timed calls of the candidate whose outputs are checked afterwards (run_timing)
 # captured before any candidate runs
 _PROCESS_TIME, _MONOTONIC, _SLEEP, _CLOCK = time.process_time, time.monotonic, time.sleep, time.clock_gettime
@@ -148,10 +149,11 @@ class ThreadWatch:
                 max(0.0, self.cpu[0]) / self.wall[0] if self.wall[0] > 0 else 0.0)
 
 
-def children_cpu():
+def children_cpu(alive=None):
     """CPU seconds of every process this one started, and theirs in turn: those alive (or
     ended and not yet collected), from /proc; those collected, from getrusage. A child that
-    ends and is collected between two reads moves from one sum to the other."""
+    ends and is collected between two reads moves from one sum to the other. alive: a list
+    the pids of those in /proc are appended to."""
     r = _RUSAGE(resource.RUSAGE_CHILDREN)
     total, kids = r.ru_utime + r.ru_stime, {}
     for name in _LISTDIR("/proc"):
@@ -172,7 +174,27 @@ def children_cpu():
         for pid, ticks in kids.get(todo.pop(), ()):
             total += ticks / _TICK
             todo.append(pid)
+            if alive is not None:
+                alive.append(pid)
     return total
+
+
+def settle_children(pause_point, limit=SETTLE_S, window=0.25):
+    """Before timing, wait until the processes the candidate started are idle, at most
+    `limit` seconds: torch.compile starts its pool of compile workers in the background, and
+    each imports torch (seconds of CPU) while the timing would run. Work that goes on past
+    the limit is ChildWatch's to judge. pause_point is called each window (a GPU worker
+    must answer the gate while it waits). -> seconds waited (no sleep without live children)."""
+    alive, t0 = [], _MONOTONIC()
+    cpu = children_cpu(alive)
+    while alive:
+        pause_point()
+        _SLEEP(window)
+        alive, before = [], cpu
+        cpu = children_cpu(alive)
+        if (cpu - before) / window <= CHILD_LIMIT or _MONOTONIC() - t0 > limit:
+            break
+    return _MONOTONIC() - t0
 
 
 class ChildWatch:
