@@ -997,16 +997,21 @@ def test_rel_err_and_compare():
 
 
 def test_fingerprint_of_a_large_output_stays_small_in_memory(monkeypatch):
-    """The cached-output check's fingerprint sums an output in float64 a chunk at a time: a
-    whole-tensor float64 sum converts the output first, 8 bytes an element (12 GiB for a
-    KernelBench output of 1.6 billion elements, which ran out of memory on an H100)."""
+    """The cached-output check's fingerprint, the reference's checksum, the unwritten-output
+    count and the comparison read an output a chunk at a time: a whole-tensor float64 or
+    integer sum converts the output first, 8 bytes an element (12 GiB for a KernelBench
+    output of 1.6 billion elements, which ran out of memory on an H100, twice)."""
     from torch.profiler import ProfilerActivity, profile
     monkeypatch.setattr(correctness, "_CHUNK", 1 << 20)
     out = torch.rand(1 << 23)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
-        fp = correctness.fingerprint(out)
-    largest = max(e.cpu_memory_usage for e in p.events())
-    assert largest <= correctness._CHUNK * 8 < out.numel() * 8, largest
+    out64 = out.double()
+    for read in (lambda: correctness.fingerprint(out), lambda: correctness.checksum([out]),
+                 lambda: correctness._poisoned(out), lambda: correctness.compare(out, out, out64, False, "t")):
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+            read()
+        largest = max(e.cpu_memory_usage for e in p.events())
+        assert largest <= correctness._CHUNK * 8 < out.numel() * 8, largest
+    fp = correctness.fingerprint(out)
     assert correctness.same_fingerprint(fp, correctness.fingerprint(out.clone()))
     assert fp[0][1] == pytest.approx(out.double().sum().item(), rel=1e-12)
     changed = out.clone()

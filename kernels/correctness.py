@@ -158,10 +158,12 @@ def poisoned(specs, dev, copies=2):
 
 
 def _poisoned(t):
-    """Number of elements of a float tensor whose bytes are all ones (the poison)."""
-    if not t.dtype.is_floating_point or t.numel() == 0:
+    """Number of elements of a float tensor whose bytes are all ones (the poison), counted a
+    chunk at a time: a sum over the whole mask converts it to int64 first (12 GiB for
+    KernelBench's 1.6-billion-element outputs)."""
+    if not t.dtype.is_floating_point or t.numel() == 0 or t.element_size() == 1:
         return 0
-    return int((_bits(t) == -1).sum().item()) if t.element_size() > 1 else 0
+    return int(torch.stack([torch.count_nonzero(c == -1) for c in _bits(t).reshape(-1).split(_CHUNK)]).sum())
 
 
 def plain_tensors(out):
