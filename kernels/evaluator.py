@@ -504,8 +504,7 @@ class Evaluator:
                             n_build += 1
                     else:
                         while queues[p] and not (exclusive and n_build) and \
-                                (slot := gate.pick_slot(free, self.slots, active, queues[p][0],
-                                                        [e for e, _ in self._exiting])) is not None:
+                                (slot := gate.pick_slot(free, self.slots, active, queues[p][0])) is not None:
                             free.remove(slot)
                             r = self._start(p, queues[p].popleft(), slot)
                             if r.kind == "run" and self.device == "cuda":
@@ -526,8 +525,7 @@ class Evaluator:
                     [t for r in active if r.kind == "run" and r.state == "pausing"  # when it becomes late
                      and (t := r.since + gate.DEFER_AFTER + 0.01) > gate.now()]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
-                ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active] +  # and an
-                                 [e.proc.sentinel for e, _ in self._exiting], timeout=wait)  # exit an alone job waits for
+                ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active], timeout=wait)
                 for g in range(len(self.gpus)) if self.device == "cuda" else ():  # the deadlines, now
                     gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
                 if gate.now() - moved > STALL_SECONDS:
