@@ -850,6 +850,23 @@ def _gate_run(tmp_path, args, poll):
     return ws, deadline0, [json.load(open(tmp_path / f"{i}.json")) for i in range(len(args))]
 
 
+def test_pick_slot_runs_an_out_of_memory_retry_alone_after_the_gpus_workers_have_exited():
+    """gate.pick_slot: the fewest jobs' GPU; an item judged again alone (it ran out of
+    memory beside others) waits for every job on its GPU, those still exiting too (their
+    memory is held until the process is gone), and nothing joins it there."""
+    from types import SimpleNamespace as W
+    slots = [0, 0, 1, 1]  # two slots on each of two GPUs
+    busy = W(slot=0, gpu=0, item={})
+    assert gate.pick_slot([1, 2, 3], slots, [busy], {}) == 2  # the idle GPU first
+    assert gate.pick_slot([1], slots, [busy], {"alone": True}) is None
+    leaving = W(slot=2, gpu=1, item={})
+    assert gate.pick_slot([2, 3], slots, [], {"alone": True}, exiting=[leaving]) is None
+    assert gate.pick_slot([2, 3], slots, [], {}, exiting=[leaving]) == 2
+    assert gate.pick_slot([2, 3], slots, [], {"alone": True}) == 2
+    lone = W(slot=2, gpu=1, item={"alone": True})
+    assert gate.pick_slot([3], slots, [lone], {}) is None
+
+
 def test_gpu_gate_times_each_worker_alone(tmp_path):
     """Checks share the device, timings own it: while one worker times, no other one runs
     (not even one that was inside a 1 s step when the request came: it is waited for), each

@@ -494,6 +494,7 @@ class Evaluator:
         moved = gate.now()  # when a job last ended: a long quiet spell is reported (_report_stall)
         try:
             while any(queues.values()) or active:
+                self._reap()  # first: a worker that has just exited no longer holds a slot's memory
                 n_build = sum(r.kind == "compile" for r in active)
                 n_dev = len(active) - n_build
                 for p in phases:
@@ -504,14 +505,14 @@ class Evaluator:
                             n_build += 1
                     else:
                         while queues[p] and not (exclusive and n_build) and \
-                                (slot := gate.pick_slot(free, self.slots, active, queues[p][0])) is not None:
+                                (slot := gate.pick_slot(free, self.slots, active, queues[p][0],
+                                                        [e for e, _ in self._exiting])) is not None:
                             free.remove(slot)
                             r = self._start(p, queues[p].popleft(), slot)
                             if r.kind == "run" and self.device == "cuda":
                                 gate.join(r, [a for a in active if a.kind == "run" and a.gpu == r.gpu])
                             active.append(r)
                             n_dev += 1
-                self._reap()
                 # the GPU gate's next step (gate.py), then wait for a message, an exit or the
                 # deadline of a worker that runs
                 for g in range(len(self.gpus)) if self.device == "cuda" else ():
@@ -521,11 +522,13 @@ class Evaluator:
                     if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):
                         r.deadline = r.job_deadline = gate.now()
                 wake = [r.deadline for r in active if not r.held] + [moved + STALL_SECONDS] + \
+                    [t for _, t in self._exiting if t > gate.now()] + \
                     [gate.now() + limits.WATCH_SECONDS for r in active if r.group] + \
                     [t for r in active if r.kind == "run" and r.state == "pausing"  # when it becomes late
                      and (t := r.since + gate.DEFER_AFTER + 0.01) > gate.now()]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
-                ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active], timeout=wait)
+                ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active] +  # and an
+                                 [e.proc.sentinel for e, _ in self._exiting], timeout=wait)  # exit an alone job waits for
                 for g in range(len(self.gpus)) if self.device == "cuda" else ():  # the deadlines, now
                     gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
                 if gate.now() - moved > STALL_SECONDS:

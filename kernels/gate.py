@@ -280,14 +280,16 @@ class Running:
             self._set(stopped=stop)
 
 
-def pick_slot(free, slots, active, item):
+def pick_slot(free, slots, active, item, exiting=()):
     """A free device slot for item (slots[s] is slot s's GPU): on the GPU with the fewest
     jobs; an item that ran out of memory beside others runs alone on its GPU, and nothing
-    joins it there. -> a slot, or None."""
+    joins it there. It also waits for the workers that sent their result and are still
+    exiting there (`exiting`): until a process is gone, its memory is not. -> a slot, or None."""
     best = None
     for s in free:
         on = [r for r in active if r.slot is not None and r.gpu == slots[s]]
-        if any(r.item.get("alone") for r in on) or (item.get("alone") and on):
+        if any(r.item.get("alone") for r in on) or (item.get("alone") and (
+                on or any(r.slot is not None and r.gpu == slots[s] for r in exiting))):
             continue
         if best is None or len(on) < best[0]:
             best = (len(on), s)
