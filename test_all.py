@@ -1324,6 +1324,19 @@ def test_hacks_and_faults_cuda(cache, tasks):
     run_hacks(cache, tasks, "cuda")
 
 
+def test_checks_let_go_of_earlier_outputs_past_a_memory_limit():
+    """The checks keep a seed's earlier outputs alive (a reused buffer shows), but not past
+    HELD_BYTES: KernelBench's L1_23 (6 GB outputs) ran out of memory on 80 GB holding them.
+    The newest output always stays, so a buffer the next call reuses is still seen."""
+    from kernels import checks
+    held = [([torch.empty(n, dtype=torch.uint8)], {i}) for i, n in enumerate((100, 100, 100))]
+    checks.let_go(held, 250)
+    assert [a for _, a in held] == [{1}, {2}]
+    checks.let_go(held, 0)
+    assert [a for _, a in held] == [{2}]
+    assert checks.HELD_BYTES < 8 << 30
+
+
 def test_honest_candidates_cpu(cache, tasks):
     """KernelBench's conventions: parameters built their own way on the host, constants
     folded into weights, torch.compile, cuDNN autotuning, a reused output buffer (ours and

@@ -30,9 +30,11 @@ def run_checks(h):
         ref64 = correctness.float64_copy(ref)
         states = [h.reference_state(ref), h.reference_state(ref64)]  # before any call of the candidate
         prints = []  # (candidate, reference) fingerprints of this seed's calls, and their distribution
-        held = []    # this seed's earlier outputs, kept alive so a reused buffer shows, and
-        addresses = set()  # their storages' addresses, read when they were new: an output a later
-        # call overwrote (a CUDA graph's, torch.compile's "reduce-overhead") must not be touched
+        held = []    # this seed's earlier outputs (per call: tensors, addresses), kept alive so a
+        # reused buffer shows; the addresses read when they were new: an output a later call
+        # overwrote (a CUDA graph's, torch.compile's "reduce-overhead") must not be touched.
+        # Older ones are let go past HELD_BYTES (the last one always stays): a task with
+        # gigabyte outputs (KernelBench's L1_23) would otherwise run out of memory on them.
         retried = False  # with the reference's weights, after a mismatch
         xs = None
         draws = [None] * (cfg["check_inputs"] + 1)
@@ -105,7 +107,7 @@ def run_checks(h):
             if _storage_shared(out, xs) and not _storage_shared(r32, clones):
                 raise Reject("rejected", "aliased_input", "the output is an input tensor's own storage, where the "
                              f"reference computes a new tensor: the work was skipped ({where})")
-            if any(t.untyped_storage().data_ptr() in addresses for t in tensors(out) if t.numel()):
+            if any(t.untyped_storage().data_ptr() in a for _, a in held for t in tensors(out) if t.numel()):
                 reused_output(h, where)
             if err is not None:
                 errs.append(err)
@@ -113,8 +115,8 @@ def run_checks(h):
             if not draw:  # constant on the task's own inputs (other distributions may move it)
                 constant &= all(correctness.same_fingerprint(rp, pr) for _, pr, d in prints if not d)
             prints.append((fp, rp, draw))
-            held += tensors(out)
-            addresses |= {t.untyped_storage().data_ptr() for t in tensors(out) if t.numel()}
+            held.append((tensors(out), {t.untyped_storage().data_ptr() for t in tensors(out) if t.numel()}))
+            let_go(held, HELD_BYTES)
             del out, r32, r64, snap
         if kept is None:
             kept, h.ref_state = (ref, new, ref64), states[0]
@@ -126,6 +128,16 @@ def run_checks(h):
     if constant:  # the output never changed with the input, like the all-zero task that scored 120x
         h.flags.append("input_independent")
     return kept
+
+
+HELD_BYTES = 4 << 30  # earlier outputs kept alive per seed (above): the latest, and older ones up to this
+
+
+def let_go(held, limit):
+    """Drop the oldest of held [(tensors, addresses)] while they hold more than limit bytes;
+    the newest always stays (a buffer reused by the next call still shows)."""
+    while len(held) > 1 and sum(t.nbytes for ts, _ in held for t in ts) > limit:
+        held.pop(0)
 
 
 # Values the last weight seed's later input sets are drawn from, shapes and dtypes kept
