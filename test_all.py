@@ -1836,6 +1836,39 @@ def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path
     assert one["audit"]["n"] == 1 and one["audit"]["not_accepted"] == {"incorrect/mismatch": 1}, one["audit"]
 
 
+BATCHNORM_TASK = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    # KernelBench's L2_33 and L3_20 in small: a BatchNorm in training mode, whose running
+    # statistics every call of the reference updates
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+        self.bn = nn.BatchNorm1d(n)
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+def get_init_inputs():
+    return [32]
+"""
+
+
+def test_a_reference_that_updates_its_own_batchnorm_statistics_is_not_changed_by_the_candidate(cache):
+    """The reference's own calls change its BatchNorm buffers (training mode, as KernelBench
+    builds it): not reference_changed (four honest release kernels were, on the H100). A
+    candidate that changes a reference's weight still is (test_reference_state_check...)."""
+    task = taskset.Task("linear_batchnorm", BATCHNORM_TASK, "-")
+    same = BATCHNORM_TASK.replace("class Model(", "class ModelNew(")
+    with make_eval(cache, "cpu") as ev:
+        [v] = ev.evaluate([(task, same)])
+    assert v.status == "ok", (v.status, v.reason, v.message)
+
+
 def test_reference_only_mode(cache, tasks):
     broken = taskset.Task("broken", "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
                           "        raise ValueError('boom')\ndef get_inputs():\n    return [torch.randn(3)]\n", "-")
@@ -2936,3 +2969,20 @@ def test_reference_state_check_sees_weights_and_hooks_and_passes_a_dropped_float
     ref[1].register_forward_pre_hook(lambda m, a: None)
     with pytest.raises(Reject, match="hooks"):
         h.check_reference(ref, state, "a call")
+    # BatchNorm in training mode: a call of the reference changes its running statistics;
+    # after reference_ran those are its own, and a weight changed later still shows
+    bn = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    state = h.reference_state(bn)
+    with torch.no_grad():
+        bn(torch.randn(8, 4))
+    with pytest.raises(Reject, match="weights"):
+        h.check_reference(bn, state, "a call")  # not yet known as its own
+    h.reference_ran(bn, state)
+    with torch.no_grad():
+        bn(torch.randn(8, 4))
+    h.check_reference(bn, state, "a call")
+    with torch.no_grad():
+        bn[1].weight[0] += 1.0
+    h.reference_ran(bn, state)  # a parameter is never the reference's own to change
+    with pytest.raises(Reject, match="weights"):
+        h.check_reference(bn, state, "a call")

@@ -259,6 +259,22 @@ def checksum(ts):
     return torch.cat(parts).view(torch.int64).cpu()
 
 
+def checksums(ts):
+    """checksum() of each tensor apart, read back in one transfer -> [int64 tensor], one per
+    tensor (empty for an empty one): which of a model's tensors changed."""
+    parts = []
+    for t in ts:
+        t = torch.view_as_real(t.detach()) if t.is_complex() else t.detach()
+        if not t.numel():
+            parts.append(torch.zeros(0, dtype=torch.float64, device=t.device))
+            continue
+        total = torch.stack([c.sum(dtype=torch.float64) for c in t.reshape(-1).split(_CHUNK)]).sum()
+        parts.append(torch.cat([total[None], t.reshape(-1)[:: max(1, t.numel() // 256)].double()]))
+    if not parts:
+        return []
+    return list(torch.cat(parts).view(torch.int64).cpu().split([len(p) for p in parts]))
+
+
 def same_fingerprint(a, b):
     return len(a) == len(b) and all(x[0] == y[0] and x[1] == y[1] and torch.equal(x[2], y[2])
                                     for x, y in zip(a, b))

@@ -491,23 +491,38 @@ class Harness:
     def reference_state(ref):
         """What a candidate that reached the reference's model (through gc, say) could change
         in it between calls: each module's hooks, an instance-level forward or __call__, the
-        submodules themselves, and the parameters' and buffers' storage and values."""
+        submodules themselves, the parameters' and buffers' storage and values. -> a dict;
+        `own`: buffers its own calls change (reference_ran), their values not compared."""
         if ref is None:
             return None
         mods = [(n, type(m), len(m._forward_hooks), len(m._forward_pre_hooks),
                  tuple(k for k in ("forward", "__call__") if k in vars(m))) for n, m in ref.named_modules()]
-        ts = list(ref.parameters()) + list(ref.buffers())
-        return mods, [(t.data_ptr(), t.dtype) for t in ts], correctness.checksum(ts)
+        params = list(ref.parameters())
+        ts = params + list(ref.buffers())
+        return dict(mods=mods, ptrs=[(t.data_ptr(), t.dtype) for t in ts], sums=correctness.checksums(ts),
+                    params=len(params), own=set())
 
     def check_reference(self, ref, state, where):
         """Raises Reject (reference_changed) when `ref` no longer matches `state`."""
         if state is None or ref is None:  # ref64 is dropped where the float64 run failed
             return
         now = self.reference_state(ref)
-        if now[:2] != state[:2] or not torch.equal(now[2], state[2]):
-            what = "hooks, forward or modules" if now[0] != state[0] else "weights"
+        changed = [i for i, (a, b) in enumerate(zip(now["sums"], state["sums"]))
+                   if i not in state["own"] and not torch.equal(a, b)]
+        if now["mods"] != state["mods"] or now["ptrs"] != state["ptrs"] or changed:
+            what = "hooks, forward or modules" if now["mods"] != state["mods"] else "weights"
             raise Reject("rejected", "reference_changed", f"the reference's model was changed ({what}) "
                          f"during {where}: it would run slower, or compute what the candidate does")
+
+    def reference_ran(self, ref, state):
+        """After a call of the reference itself (checked just before): the buffers it changed
+        are its own to change (BatchNorm's running statistics); a parameter is never."""
+        if state is None or ref is None:
+            return
+        now = self.reference_state(ref)
+        for i, (a, b) in enumerate(zip(now["sums"], state["sums"])):
+            if i >= state["params"] and not torch.equal(a, b):
+                state["own"].add(i)
 
     def check_forward(self, new, where):
         if any(a is not b for a, b in zip(_how_called(new), self.fwd0[id(new)])):
