@@ -85,7 +85,8 @@ SETTINGS = {
         fsdp=(False, "under torchrun: shard weights, gradients, optimizer state over ranks (FSDP2)"),
         grad_ckpt=("auto", "gradient checkpointing: auto (on above 100M parameters) | on | off"),
         gen_batch=(8, "sequences sampled together (one batch of the decoder)"),
-        sampler=("auto", "auto: our static-cache decoder for Llama/Qwen/Mistral models, else HF generate | hf"),
+        sampler=("auto", "auto: our static-cache decoder for Llama/Qwen/Mistral models, else HF generate | "
+                 "compile: the same, its layers fused by torch.compile | hf"),
         cuda_graphs=(True, "replay decode steps as CUDA graphs (GPU, sampler=auto)"),
     )),
     "sft": ("Stage 1 (sft.py) and the fine-tuning Stage 2 shares", dict(
@@ -177,7 +178,7 @@ def pick_language(language, device):
 
 
 CHOICES = dict(backend=("auto", "cuda", "cpu"), language=("auto",) + tuple(LANGUAGES), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
-               grad_ckpt=("auto", "on", "off"), sampler=("auto", "hf"), exemplars=("bucket", "random"),
+               grad_ckpt=("auto", "on", "off"), sampler=("auto", "compile", "hf"), exemplars=("bucket", "random"),
                baseline=("eager", "compile"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy", "step"))
 AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_runs", "tiny_dim", "tiny_layers",
                 "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",

@@ -63,10 +63,59 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def forward(core, ids, pos, cols, mask, ks, vs, n_keys):
+def rms(x, w, eps):
+    """RMSNorm as Llama/Qwen compute it: in fp32, the weight applied in the input's dtype."""
+    y = x.float()
+    return w * (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def qkv(h, ln_w, eps, wq, bq, wk, bk, wv, bv, cos, sin, hd):
+    """A layer's attention inputs: norm, projections, rotary. h: (B, S, D); cos, sin:
+    (B, 1, S, hd) -> q (B, H, S, hd), k, v (B, Hkv, S, hd). Weights come as tensors, not
+    modules, so one torch.compile of it serves every layer (fused.)"""
+    B, S, _ = h.shape
+    x = rms(h, ln_w, eps)
+    q = F.linear(x, wq, bq).view(B, S, -1, hd).transpose(1, 2)
+    k = F.linear(x, wk, bk).view(B, S, -1, hd).transpose(1, 2)
+    v = F.linear(x, wv, bv).view(B, S, -1, hd).transpose(1, 2)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
+
+def out_mlp(h, o, wo, bo, ln_w, eps, wg, wu, wd):
+    """A layer's rest: output projection and residual, norm, SiLU-gated MLP and residual.
+    h: (B, S, D); o: (B, S, H * hd) -> (B, S, D)."""
+    h = h + F.linear(o, wo, bo)
+    x = rms(h, ln_w, eps)
+    return h + F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd)
+
+
+def fusable(core):
+    """True where qkv/out_mlp compute exactly what the layers' modules do: Llama/Qwen2
+    layers (no per-head q/k norms), SiLU-gated MLPs without biases, RMSNorm weights."""
+    cfg = getattr(core, "config", None)
+    layer = core.layers[0]
+    mlp, a = layer.mlp, layer.self_attn
+    return getattr(cfg, "hidden_act", None) == "silu" and getattr(a, "q_norm", None) is None and \
+        all(getattr(getattr(mlp, n, None), "bias", 0) is None for n in ("gate_proj", "up_proj", "down_proj")) and \
+        all(hasattr(n, "weight") and hasattr(n, "variance_epsilon") for n in
+            (layer.input_layernorm, layer.post_attention_layernorm))
+
+
+FUSED = None  # (qkv, out_mlp) compiled once per process, shared by every Decoder that fuses
+
+
+def fused_parts():
+    global FUSED
+    if FUSED is None:
+        FUSED = (torch.compile(qkv, dynamic=True, fullgraph=True), torch.compile(out_mlp, dynamic=True, fullgraph=True))
+    return FUSED
+
+
+def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None):
     """The decoder over S new tokens per row, with a cache. ids, pos: (B, S); cols: (S,)
     the cache columns they are written to; mask: (B, 1, S, n_keys) bool, True = attend;
-    ks, vs: per layer (B, Hkv, L, hd) cache views. -> final hidden states (B, S, D)."""
+    ks, vs: per layer (B, Hkv, L, hd) cache views; fused: (qkv, out_mlp) compiled, or None
+    for the layers' own modules. -> final hidden states (B, S, D)."""
     h = core.embed_tokens(ids)
     cos, sin = core.rotary_emb(h, pos)                       # (B, S, hd)
     cos, sin = cos[:, None], sin[:, None]
@@ -74,15 +123,20 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys):
     for layer, K, V in zip(core.layers, ks, vs):
         a = layer.self_attn
         hd = a.head_dim
-        x = layer.input_layernorm(h)
-        q = a.q_proj(x).view(B, S, -1, hd)
-        k = a.k_proj(x).view(B, S, -1, hd)
-        v = a.v_proj(x).view(B, S, -1, hd).transpose(1, 2)   # (B, Hkv, S, hd)
-        if getattr(a, "q_norm", None) is not None:           # Qwen3: RMSNorm per head
-            q, k = a.q_norm(q), a.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        if fused:
+            n1 = layer.input_layernorm
+            q, k, v = fused[0](h, n1.weight, n1.variance_epsilon, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight,
+                               a.k_proj.bias, a.v_proj.weight, a.v_proj.bias, cos, sin, hd)
+        else:
+            x = layer.input_layernorm(h)
+            q = a.q_proj(x).view(B, S, -1, hd)
+            k = a.k_proj(x).view(B, S, -1, hd)
+            v = a.v_proj(x).view(B, S, -1, hd).transpose(1, 2)   # (B, Hkv, S, hd)
+            if getattr(a, "q_norm", None) is not None:           # Qwen3: RMSNorm per head
+                q, k = a.q_norm(q), a.k_norm(k)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
         K.index_copy_(2, cols, k.to(K.dtype))
         V.index_copy_(2, cols, v.to(V.dtype))
         Kk, Vk = K[:, :, :n_keys], V[:, :, :n_keys]
@@ -94,8 +148,14 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys):
         else:       # prefill, once per batch: repeat K/V per query head
             o = F.scaled_dot_product_attention(q, Kk.repeat_interleave(G, 1), Vk.repeat_interleave(G, 1),
                                                attn_mask=mask, scale=scale)
-        h = h + a.o_proj(o.reshape(B, H, S, hd).transpose(1, 2).reshape(B, S, H * hd).to(h.dtype))
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
+        o = o.reshape(B, H, S, hd).transpose(1, 2).reshape(B, S, H * hd).to(h.dtype)
+        if fused:
+            n2, m = layer.post_attention_layernorm, layer.mlp
+            h = fused[1](h, o, a.o_proj.weight, a.o_proj.bias, n2.weight, n2.variance_epsilon,
+                         m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight)
+        else:
+            h = h + a.o_proj(o)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
     return core.norm(h)
 
 
@@ -120,9 +180,10 @@ def pick(logits, temperature, top_p):
 class Decoder:
     """The static cache, the per-step buffers and the captured graphs of one model."""
 
-    def __init__(self, model, max_batch, max_len, graphs):
+    def __init__(self, model, max_batch, max_len, graphs, fuse=False):
         self.model = model
         _, self.core, self.head = decoder_parts(model)
+        self.fused = fused_parts() if fuse and fusable(self.core) else None
         self.dev, self.dtype = self.head.weight.device, self.head.weight.dtype
         self.B, self.L = max_batch, max_len
         self.graphs_on = graphs and self.dev.type == "cuda"
@@ -156,7 +217,7 @@ class Decoder:
         keys = self.keys[:n_keys]
         mask = ((keys >= self.start[:b, None]) & (keys <= col))[:, None, None]    # (b, 1, 1, n_keys)
         h = forward(self.core, self.tok[:b, None], pos, col, mask,
-                    [k[:b] for k in self.ks], [v[:b] for v in self.vs], n_keys)
+                    [k[:b] for k in self.ks], [v[:b] for v in self.vs], n_keys, self.fused)
         tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p)
         self.tok[:b].copy_(tok)
         out[:b].index_copy_(1, s, tok[:, None])
@@ -239,7 +300,7 @@ class Decoder:
             mask = (keys <= q[None, :, None]) & (keys >= start[:, :, None])
             mask = (mask | (keys == q[None, :, None]))[:, None]                     # padding rows see themselves
             h = forward(self.core, ids[r0:r1], pos, q, mask, [k[r0:r1] for k in self.ks],
-                        [v[r0:r1] for v in self.vs], W)
+                        [v[r0:r1] for v in self.vs], W, self.fused)
             tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p)
             self.tok[r0:r1] = tok
             self.out[r0:r1, 0] = tok
@@ -295,8 +356,9 @@ class Sampler:
         sharded = hasattr(p, "full_tensor")
         needs_copy = sharded or gpu and (p.dtype == torch.float32 or hasattr(model, "peft_config"))
         self.model = whole_copy(model, torch.bfloat16 if gpu else p.dtype) if needs_copy else model
-        self.fast = cfg["sampler"] == "auto" and supported(self.model)
-        self.decoder = Decoder(self.model, cfg["gen_batch"], cfg["max_len"], cfg["cuda_graphs"]) if self.fast else None
+        self.fast = cfg["sampler"] in ("auto", "compile") and supported(self.model)
+        self.decoder = Decoder(self.model, cfg["gen_batch"], cfg["max_len"], cfg["cuda_graphs"],
+                               cfg["sampler"] == "compile") if self.fast else None
 
     def refresh(self):
         """Copy the training weights into the sampling copy (in place: captured graphs stay valid)."""

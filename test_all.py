@@ -2123,6 +2123,29 @@ def test_fast_sampler_matches_generate_and_scores_its_tokens(tiny):
         assert torch.allclose(again, torch.tensor(lps), atol=1e-4), (again, lps)
 
 
+def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
+    """--sampler=compile: the layers' math as two torch.compile'd functions (weights passed
+    as tensors, so one compile serves all layers) gives the plain decoder's greedy replies
+    and its log-probs within float rounding; a layer the functions do not reproduce (per-head
+    q/k norms) keeps its modules."""
+    cfg, _, tok = tiny
+    cfg = dict(cfg, gen_batch=8, max_len=256)
+    model = lively(cfg, tok)
+    ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 9)]
+    plain, fused = sampler.Sampler(model, cfg), sampler.Sampler(model, dict(cfg, sampler="compile"))
+    assert plain.decoder.fused is None and fused.decoder.fused is not None
+    a = plain.sample(ps, 20, 0.0, 1.0, [tok.eos_token_id])
+    b = fused.sample(ps, 20, 0.0, 1.0, [tok.eos_token_id])
+    assert [r[0] for r in a] == [r[0] for r in b]
+    assert max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p[1], q[1])) < 1e-4
+    core = sampler.decoder_parts(model)[1]
+    core.layers[0].self_attn.q_norm = torch.nn.Identity()  # as a Qwen3 layer has
+    try:
+        assert not sampler.fusable(core)
+    finally:
+        del core.layers[0].self_attn.q_norm
+
+
 def test_sampling_copy_follows_the_training_weights(tiny):
     """The bf16 copy a GPU run samples from: whole weights, refreshed in place after an
     update; its log-probs agree with the fp32 weights' within bf16 rounding."""
