@@ -83,7 +83,8 @@ SETTINGS = {
         lora_alpha=(0.0, "LoRA scale numerator (0 = 2 x lora_rank)"),
         lora_targets=("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "modules that get adapters"),
         fsdp=(False, "under torchrun: shard weights, gradients, optimizer state over ranks (FSDP2)"),
-        grad_ckpt=("auto", "gradient checkpointing: auto (on above 100M parameters) | on | off"),
+        grad_ckpt=("auto", "gradient checkpointing: auto (above 100M parameters: on a GPU, only the layers "
+                    "whose activations do not fit) | on | off"),
         gen_batch=(8, "sequences sampled together (one batch of the decoder)"),
         sampler=("auto", "auto: our static-cache decoder for Llama/Qwen/Mistral models, else HF generate | "
                  "compile: the same, its layers fused by torch.compile | hf"),

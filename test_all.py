@@ -2146,6 +2146,28 @@ def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
         del core.layers[0].self_attn.q_norm
 
 
+def test_auto_checkpointing_recomputes_only_the_layers_that_do_not_fit(tiny, monkeypatch):
+    """--grad_ckpt auto on a GPU: before a training forward, as many layers keep their
+    activations as the free memory holds (less the margin and the gradients still to come),
+    the rest are recomputed; plenty of memory: none recomputed; none: all."""
+    cfg, _, tok = tiny
+    model = policy.load(dict(cfg, grad_ckpt="on"), train=True)[0]  # every layer recomputed
+    model.ckpt_auto = True
+    layers = model.get_decoder().layers
+    per = policy.activation_bytes(model.config, 1000)  # one layer over 1,000 tokens
+    grads = sum(p.numel() * p.element_size() for p in model.parameters())
+    total = 100 * per
+    for free, kept in ((total, len(layers)), (0.15 * total + grads + 2.5 * per, 2), (0, 0)):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev, f=free: (int(f), int(total)))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev: 0)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev: 0)
+        policy.fit_checkpointing(model, 1000)
+        assert [m.gradient_checkpointing for m in layers] == [i >= kept for i in range(len(layers))], free
+    model.ckpt_auto = False  # --grad_ckpt on or off, or a CPU: left as set
+    policy.fit_checkpointing(model, 10**9)
+    assert [m.gradient_checkpointing for m in layers] == [i >= 0 for i in range(len(layers))]
+
+
 def test_sampling_copy_follows_the_training_weights(tiny):
     """The bf16 copy a GPU run samples from: whole weights, refreshed in place after an
     update; its log-probs agree with the fp32 weights' within bf16 rounding."""
