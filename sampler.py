@@ -23,8 +23,10 @@ Other architectures (sliding-window attention, encoder-decoders, ...) fall back 
 `generate` in policy.py, as does `--sampler=hf`.
 """
 import copy
+import warnings
 
 import torch
+import torch._dynamo
 import torch.nn.functional as F
 
 KEY_BUCKET = 512   # attention length granularity: cache columns read per step, rounded up
@@ -209,6 +211,20 @@ class Decoder:
         self.keys = torch.arange(self.L, device=dev)
         self.out = self.outlp = self.stop = None
 
+    def _forward(self, *args):
+        """forward() through the fused layers where torch.compile works here, else the
+        modules: a compile that fails (no compiler, no Triton) falls back once, with a
+        warning. Its first call of a shape is never inside a capture (run_step runs a step
+        before it captures one)."""
+        if self.fused:
+            try:
+                return forward(self.core, *args, self.fused)
+            except torch._dynamo.exc.TorchDynamoException as e:
+                warnings.warn(f"--sampler=compile: torch.compile failed ({type(e).__name__}); "
+                              "sampling with the unfused layers")
+                self.fused = None
+        return forward(self.core, *args)
+
     def _step(self, b, n_keys, temperature, top_p, stop, out, outlp, s):
         """One decode step for the first b rows; everything it reads and writes is a fixed
         buffer, so the same kernels can be replayed. s: (1,) the output slot."""
@@ -216,8 +232,8 @@ class Decoder:
         pos = (col - self.start[:b])[:, None]                                     # (b, 1)
         keys = self.keys[:n_keys]
         mask = ((keys >= self.start[:b, None]) & (keys <= col))[:, None, None]    # (b, 1, 1, n_keys)
-        h = forward(self.core, self.tok[:b, None], pos, col, mask,
-                    [k[:b] for k in self.ks], [v[:b] for v in self.vs], n_keys, self.fused)
+        h = self._forward(self.tok[:b, None], pos, col, mask, [k[:b] for k in self.ks], [v[:b] for v in self.vs],
+                          n_keys)
         tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p)
         self.tok[:b].copy_(tok)
         out[:b].index_copy_(1, s, tok[:, None])
@@ -299,8 +315,7 @@ class Decoder:
             keys = q[None, None, :]
             mask = (keys <= q[None, :, None]) & (keys >= start[:, :, None])
             mask = (mask | (keys == q[None, :, None]))[:, None]                     # padding rows see themselves
-            h = forward(self.core, ids[r0:r1], pos, q, mask, [k[r0:r1] for k in self.ks],
-                        [v[r0:r1] for v in self.vs], W, self.fused)
+            h = self._forward(ids[r0:r1], pos, q, mask, [k[r0:r1] for k in self.ks], [v[r0:r1] for v in self.vs], W)
             tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p)
             self.tok[r0:r1] = tok
             self.out[r0:r1, 0] = tok

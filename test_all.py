@@ -2138,6 +2138,12 @@ def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
     b = fused.sample(ps, 20, 0.0, 1.0, [tok.eos_token_id])
     assert [r[0] for r in a] == [r[0] for r in b]
     assert max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p[1], q[1])) < 1e-4
+    def broken(*a, **k):  # a machine where torch.compile cannot build: the modules, with a warning
+        raise torch._dynamo.exc.TorchDynamoException("no compiler")
+    fused.decoder.fused = (broken, broken)
+    with pytest.warns(UserWarning, match="torch.compile failed"):
+        c = fused.sample(ps, 20, 0.0, 1.0, [tok.eos_token_id])
+    assert fused.decoder.fused is None and [r[0] for r in c] == [r[0] for r in a]
     core = sampler.decoder_parts(model)[1]
     core.layers[0].self_attn.q_norm = torch.nn.Identity()  # as a Qwen3 layer has
     try:
