@@ -23,6 +23,7 @@ Other architectures (sliding-window attention, encoder-decoders, ...) fall back 
 `generate` in policy.py, as does `--sampler=hf`.
 """
 import copy
+import math
 import warnings
 
 import torch
@@ -161,16 +162,20 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None):
     return core.norm(h)
 
 
-def pick(logits, temperature, top_p):
+def pick(logits, temperature, top_p, nucleus="sort"):
     """Sample one token per row. logits: (B, V) fp32 -> (tokens (B,), log-probs (B,)). The
     log-prob is under the temperature-scaled full distribution, which is what the update
     scores (top-p only narrows what may be drawn). Drawing by argmax(p / Exp(1)) is exact
-    and needs no host sync, so it can live inside a CUDA graph."""
+    and needs no host sync, so it can live inside a CUDA graph. nucleus: how top-p is drawn,
+    "sort" (the vocabulary sorted every step) or "reject" (nucleus_draw)."""
     if temperature <= 0:
         tok = logits.argmax(-1)
         return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
     logp = torch.log_softmax(logits / temperature, -1)
     p = logp.exp()
+    if top_p < 1.0 and nucleus == "reject" and top_p >= 0.5:
+        tok = nucleus_draw(p, top_p)
+        return tok, logp.gather(-1, tok[:, None])[:, 0]
     if top_p < 1.0:
         sp, idx = p.sort(-1, descending=True)
         cut = (sp.cumsum(-1) - sp) > top_p                    # the mass before it already exceeds top_p
@@ -179,11 +184,30 @@ def pick(logits, temperature, top_p):
     return tok, logp.gather(-1, tok[:, None])[:, 0]
 
 
+def nucleus_draw(p, top_p, miss=1e-6):
+    """Top-p sampling without a sort: R tokens drawn from the whole distribution p (B, V),
+    the first one inside the nucleus kept (those whose more probable tokens hold at most
+    top_p of the mass, which is the sort's rule up to ties). Rejection sampling: the kept
+    token follows p restricted to the nucleus exactly. A draw misses the nucleus with
+    probability at most 1 - top_p, so R = log(miss) / log(1 - top_p) draws all miss at most
+    `miss` of the time; then the most probable token is taken. Costs a cumulative sum and
+    R reductions over the vocabulary instead of a sort (R = 5 at top_p 0.95). -> (B,)"""
+    R = max(1, math.ceil(math.log(miss) / math.log(1.0 - top_p)))
+    cdf = p.cumsum(-1)                                                       # (B, V)
+    u = torch.rand(p.shape[0], R, device=p.device) * cdf[:, -1:]            # (B, R)
+    cand = torch.searchsorted(cdf, u).clamp_(max=p.shape[-1] - 1)            # (B, R) drawn from p
+    pc = p.gather(-1, cand)                                                  # (B, R)
+    above = torch.stack([torch.where(p > pc[:, r, None], p, 0.0).sum(-1) for r in range(R)], -1)
+    inside = above <= top_p                                                  # (B, R)
+    first = cand.gather(-1, inside.float().argmax(-1, keepdim=True))[:, 0]   # argmax: the first True
+    return torch.where(inside.any(-1), first, p.argmax(-1))
+
+
 class Decoder:
     """The static cache, the per-step buffers and the captured graphs of one model."""
 
-    def __init__(self, model, max_batch, max_len, graphs, fuse=False):
-        self.model = model
+    def __init__(self, model, max_batch, max_len, graphs, fuse=False, nucleus="sort"):
+        self.model, self.nucleus = model, nucleus
         _, self.core, self.head = decoder_parts(model)
         self.fused = fused_parts() if fuse and fusable(self.core) else None
         self.dev, self.dtype = self.head.weight.device, self.head.weight.dtype
@@ -234,7 +258,7 @@ class Decoder:
         mask = ((keys >= self.start[:b, None]) & (keys <= col))[:, None, None]    # (b, 1, 1, n_keys)
         h = self._forward(self.tok[:b, None], pos, col, mask, [k[:b] for k in self.ks], [v[:b] for v in self.vs],
                           n_keys)
-        tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p)
+        tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p, self.nucleus)
         self.tok[:b].copy_(tok)
         out[:b].index_copy_(1, s, tok[:, None])
         outlp[:b].index_copy_(1, s, lp[:, None])
@@ -316,7 +340,7 @@ class Decoder:
             mask = (keys <= q[None, :, None]) & (keys >= start[:, :, None])
             mask = (mask | (keys == q[None, :, None]))[:, None]                     # padding rows see themselves
             h = self._forward(ids[r0:r1], pos, q, mask, [k[r0:r1] for k in self.ks], [v[r0:r1] for v in self.vs], W)
-            tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p)
+            tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p, self.nucleus)
             self.tok[r0:r1] = tok
             self.out[r0:r1, 0] = tok
             self.outlp[r0:r1, 0] = lp
@@ -373,7 +397,7 @@ class Sampler:
         self.model = whole_copy(model, torch.bfloat16 if gpu else p.dtype) if needs_copy else model
         self.fast = cfg["sampler"] in ("auto", "compile") and supported(self.model)
         self.decoder = Decoder(self.model, cfg["gen_batch"], cfg["max_len"], cfg["cuda_graphs"],
-                               cfg["sampler"] == "compile") if self.fast else None
+                               cfg["sampler"] == "compile", cfg["top_p_draw"]) if self.fast else None
 
     def refresh(self):
         """Copy the training weights into the sampling copy (in place: captured graphs stay valid)."""

@@ -2152,6 +2152,30 @@ def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
         del core.layers[0].self_attn.q_norm
 
 
+def test_top_p_drawn_without_a_sort_follows_the_nucleus_distribution():
+    """--top_p_draw=reject: draws from the whole distribution, the first inside the nucleus
+    kept, give exactly the sort's distribution (p restricted to the nucleus, renormalised):
+    200k draws within 5 standard deviations of it per token, none outside the nucleus, the
+    same log-probs as the sort's path."""
+    torch.manual_seed(0)
+    logits = torch.randn(40) * 2
+    p = torch.softmax(logits, -1)
+    sp, idx = p.sort(descending=True)
+    keep = torch.zeros(40, dtype=torch.bool)
+    keep[idx[(sp.cumsum(0) - sp) <= 0.8]] = True               # the sort's nucleus at top_p 0.8
+    want = torch.where(keep, p, 0.0) / p[keep].sum()
+    n = 200_000
+    tok, lp = sampler.pick(logits.expand(n, 40).clone(), 1.0, 0.8, nucleus="reject")
+    freq = torch.bincount(tok, minlength=40).double() / n
+    assert not freq[~keep].any() and 3 <= keep.sum() < 40
+    sd = (want * (1 - want) / n).sqrt()
+    assert ((freq - want).abs() <= 5 * sd + 1e-12).all(), (freq - want).abs().max()
+    assert torch.allclose(lp, torch.log_softmax(logits, -1)[tok])
+    one = torch.full((2, 40), -30.0)
+    one[:, 7] = 10.0  # a single token holds the nucleus: always it
+    assert sampler.pick(one, 1.0, 0.95, nucleus="reject")[0].tolist() == [7, 7]
+
+
 def test_auto_checkpointing_recomputes_only_the_layers_that_do_not_fit(tiny, monkeypatch):
     """--grad_ckpt auto on a GPU: before a training forward, as many layers keep their
     activations as the free memory holds (less the margin and the gradients still to come),
