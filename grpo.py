@@ -101,7 +101,9 @@ def train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
 
 def _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
     dev = next(model.parameters()).device
-    live = [s for s in rollouts if s.adv != 0.0]
+    # a micro-batch is padded to its longest sequence: in order of length they pad least (the
+    # loss is a sum over micro-batches, so the order does not change the update)
+    live = sorted((s for s in rollouts if s.adv != 0.0), key=lambda s: len(s.prompt_ids) + len(s.ids))
     n_tok = sum(len(s.ids) for s in live)
     totals = common.all_gather(dict(tokens=n_tok, seqs=len(live)), world)
     g_tokens = sum(t["tokens"] for t in totals)

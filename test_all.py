@@ -2416,6 +2416,25 @@ def test_one_update_moves_logprobs_the_right_way(tiny):
     assert stats["tokens"] == 8
 
 
+def test_update_groups_rollouts_of_like_lengths_into_micro_batches(tiny, monkeypatch):
+    """grpo.train_step pads each micro-batch to its longest sequence; rollouts taken in order
+    of length pad least: replies of 2, 40, 3 and 41 tokens in pairs pad 2 positions, not 76."""
+    cfg, _, tok = tiny
+    lengths = [2, 40, 3, 41]
+    rollouts = [grpo.Rollout([5, 6], list(range(10, 10 + n)), 1.0 if i % 2 else -1.0) for i, n in enumerate(lengths)]
+    pads, pack = [], policy.pack
+
+    def counting(tok, ps, cs, *a):
+        b = pack(tok, ps, cs, *a)
+        pads.append(int((b["attention_mask"] == 0).sum()))
+        return b
+    monkeypatch.setattr(policy, "pack", counting)
+    model = policy.build_tiny(cfg, tok)
+    grpo.train_step(dict(cfg, ppo_epochs=1, crl_micro_batch=2, beta=0.0, dr_grpo=False, grad_clip=1.0, temperature=1.0),
+                    model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), tok, rollouts, 1)
+    assert sum(pads) == 2, pads
+
+
 def test_update_takes_pi_old_from_its_first_epoch(tiny, monkeypatch):
     """grpo.train_step scores pi_old in its first epoch's forward, not in one of its own: two
     inner epochs with a KL term end in the same weights and statistics as with pi_old scored
