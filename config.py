@@ -213,13 +213,15 @@ PRESETS = {
     # A 7B coder model on one 80 GB GPU, every stage training LoRA adapters (rank 64) on the
     # frozen bf16 base. Measured with random weights in this shape on an H100 (bench.py
     # --what=policy): sampling 35 GB, a Stage 3 update 40 GB at peak (both with the bf16
-    # sampling copy, adapters merged).
+    # sampling copy, adapters merged), every layer recomputed (--grad_ckpt on; auto now keeps
+    # the activations that fit: not measured at 7B).
     "qwen7b-lora": dict(model="Qwen/Qwen2.5-Coder-7B-Instruct", lora_rank=64, lr=1e-4, st_lr=1e-4, crl_lr=2e-5,
                         weight_decay=0.0, epochs=2, batch_size=2, grad_accum=8, warmup=10, max_len=6144,
                         max_new_tokens=3072, temperature=0.8, gen_batch=32, crl_micro_batch=4, beta=0.04),
     # Full fine-tuning of a 7B model in every stage, sharded with FSDP2 over torchrun's GPUs
     # (torchrun --nproc_per_node=N <stage>.py --config qwen7b-fsdp). Measured with random
-    # weights in this shape on 2 H200s: a Stage 3 update 105 GB at peak per GPU.
+    # weights in this shape on 2 H200s: a Stage 3 update 105 GB at peak per GPU, every layer
+    # recomputed (--grad_ckpt on; auto, which keeps what fits, was not measured under FSDP2).
     "qwen7b-fsdp": dict(model="Qwen/Qwen2.5-Coder-7B-Instruct", fsdp=True, lr=1e-5, st_lr=1e-5, crl_lr=1e-6,
                         weight_decay=0.0, epochs=2, batch_size=1, grad_accum=8, warmup=10, max_len=6144,
                         max_new_tokens=3072, temperature=0.8, gen_batch=32, crl_micro_batch=4, beta=0.04),
