@@ -1022,7 +1022,7 @@ def test_fingerprint_of_a_large_output_stays_small_in_memory(monkeypatch):
     monkeypatch.setattr(correctness, "_CHUNK", 1 << 20)
     out = torch.rand(1 << 23)
     out64 = out.double()
-    for read in (lambda: correctness.fingerprint(out), lambda: correctness.checksum([out]),
+    for read in (lambda: correctness.fingerprint(out), lambda: correctness.checksums([out]),
                  lambda: correctness._poisoned(out), lambda: correctness.compare(out, out, out64, False, "t")):
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
             read()

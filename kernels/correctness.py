@@ -247,21 +247,11 @@ def fingerprint(out):
     return [(tuple(t.shape), total(t), t.reshape(-1)[:: max(1, t.numel() // 4096)].double().cpu()) for t in ts]
 
 
-def checksum(ts):
-    """One identity of many tensors' values (a model's weights), read back in one transfer:
-    each one's sum, a chunk at a time in float64, and a strided sample of its values, as
-    int64 bits (NaN compares equal to itself)."""
-    ts = [torch.view_as_real(t.detach()) if t.is_complex() else t.detach() for t in ts if t.numel()]
-    if not ts:
-        return torch.zeros(0, dtype=torch.int64)
-    sums = [torch.stack([c.sum(dtype=torch.float64) for c in t.reshape(-1).split(_CHUNK)]).sum() for t in ts]
-    parts = [torch.stack(sums)] + [t.reshape(-1)[:: max(1, t.numel() // 256)].double() for t in ts]
-    return torch.cat(parts).view(torch.int64).cpu()
-
-
 def checksums(ts):
-    """checksum() of each tensor apart, read back in one transfer -> [int64 tensor], one per
-    tensor (empty for an empty one): which of a model's tensors changed."""
+    """An identity of each tensor's values (a model's weights), all read back in one transfer:
+    its sum, a chunk at a time in float64, and a strided sample of its values, as int64 bits
+    (NaN compares equal to itself) -> [int64 tensor], one per tensor (empty for an empty one):
+    which of a model's tensors changed."""
     parts = []
     for t in ts:
         t = torch.view_as_real(t.detach()) if t.is_complex() else t.detach()
