@@ -75,7 +75,7 @@ def rms(x, w, eps):
 def qkv(h, ln_w, eps, wq, bq, wk, bk, wv, bv, cos, sin, hd):
     """A layer's attention inputs: norm, projections, rotary. h: (B, S, D); cos, sin:
     (B, 1, S, hd) -> q (B, H, S, hd), k, v (B, Hkv, S, hd). Weights come as tensors, not
-    modules, so one torch.compile of it serves every layer (fused.)"""
+    modules, so one torch.compile of it serves every layer (--sampler=compile)."""
     B, S, _ = h.shape
     x = rms(h, ln_w, eps)
     q = F.linear(x, wq, bq).view(B, S, -1, hd).transpose(1, 2)
