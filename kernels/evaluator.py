@@ -580,6 +580,8 @@ class Evaluator:
                             queues["run"].appendleft(r.item)
                             continue
                         res["kernelbench"] = kb
+                    if r.item.get("alone"):  # the verdict says it was judged again, alone on its GPU
+                        res["alone"] = True
                     res["seconds"] = dict(r.item["seconds"])
                     res["seconds"]["total"] = round(sum(v for k, v in res["seconds"].items()
                                                         if k in ("compile", "run", "reference", "confirm", "kernelbench")), 3)
