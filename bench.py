@@ -424,7 +424,7 @@ def policy_bench(cfg):
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             ref = policy.reference(c, model, c["model"])
-            opt = policy.optimizer(model, 1e-6, c)
+            opt = grpo.optimizer(model, 1e-6, c)
             gen = torch.Generator().manual_seed(0)
             rollouts = [grpo.Rollout(s.prompt_ids, s.ids, float(torch.randn(1, generator=gen)))
                         for g in outs for s in g]
@@ -499,7 +499,7 @@ def step_bench(cfg):
             model, tok = policy.load(c, train=True)
             ref = policy.reference(c, model, c["model"])  # as crl.py: the frozen start, then FSDP2
             model = policy.prepare(model, c, world)
-            opt = policy.optimizer(model, c["crl_lr"], c)
+            opt = grpo.optimizer(model, c["crl_lr"], c)
             smp = sampler.Sampler(policy.unwrap(model), c)
             msgs = [prompts.task_prompt(t.code, language) for t in mine]
             with kernels.Evaluator(c, time_candidates=True, progress=False) as ev:

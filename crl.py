@@ -212,7 +212,7 @@ def run(cfg):
     # the KL reference: the model Stage 3 started from
     ref_logprobs = policy.reference(cfg, model, start_from)
     model = policy.prepare(model, cfg, world)  # FSDP2 shards under torchrun with --fsdp
-    opt = policy.optimizer(model, cfg["crl_lr"], cfg, state)
+    opt = grpo.optimizer(model, cfg["crl_lr"], cfg, state)
     tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
     db = exemplars.Database(os.path.join(out, "db.jsonl"), repair=rank == 0)
     os.makedirs(os.path.join(out, "samples"), exist_ok=True)

@@ -1,7 +1,8 @@
 """GRPO as CUDA-L1 uses it (paper section 3.3): smoothed group-relative advantages, the PPO
 clipped ratio, an optional k3 KL to a frozen reference. Pure functions with shapes in the
 comments, then the update step, and one whole step (sample, reward, update) around a reward
-function; no files, no prompts, no evaluator.
+function; last, the optimizer and gradient plumbing every stage's update uses (sft.py's
+too). No files, no prompts, no evaluator.
 
     adv = grpo.smooth_rewards(torch.tensor([0.0, 1.2, 3.5, 0.8]), k=1.5)   # one group of G
     stats = grpo.train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
@@ -140,7 +141,7 @@ def _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
                 for k in ("kl", "kl_old", "clipped", "tokens"):
                     stats[k] += st[k]
                 stats["loss"] += loss.item()
-        stats["grad_norm"] = policy.reduce_and_clip(model, world, cfg["grad_clip"])
+        stats["grad_norm"] = reduce_and_clip(model, world, cfg["grad_clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
     summed = common.all_gather({k: stats[k] for k in ("kl", "kl_old", "clipped", "tokens", "loss")}, world)
@@ -175,3 +176,47 @@ def step(cfg, model, smp, tok, ref_logprobs, opt, messages, reward_fn, world):
     rollouts = [Rollout(s.prompt_ids, s.ids, float(a)) for s, a in zip(samples, adv.reshape(-1))]
     stats = train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
     return Step(samples, rewards, adv, stats, dict(sample=t1 - t0, reward=t2 - t1, update=time.time() - t2))
+
+
+# ----------------------------------------------------------------------------------------
+# The update's plumbing, shared by every stage (sft.py too): the optimizer, gradients over ranks
+
+def all_reduce_grads(model, world):
+    """Sum gradients over ranks: each rank's loss is already divided by the global normaliser.
+    FSDP2 (Sharded) has reduced them in backward already, as a mean: scale it back
+    to the sum (a divide factor of 1 would need PREMUL_SUM, which gloo lacks)."""
+    if world == 1:
+        return
+    if isinstance(model, policy.Sharded):
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(world)
+        return
+    import torch.distributed as dist
+    for p in model.parameters():
+        if not p.requires_grad:  # LoRA's frozen base
+            continue
+        if p.grad is None:  # a rank whose groups were all skipped still joins every all_reduce
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+
+
+def reduce_and_clip(model, world, max_norm):
+    """After every rank's backward: gradients summed over ranks (all_reduce_grads), then
+    clipped to max_norm over the trainable parameters -> the norm before clipping."""
+    all_reduce_grads(model, world)
+    norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP2: a DTensor
+
+
+def optimizer(model, lr, cfg, state=None):
+    """AdamW as every stage builds it, resumed from state["optimizer"] when there is one."""
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
+                            weight_decay=cfg["weight_decay"], betas=(0.9, 0.95))
+    if state and state.get("optimizer"):
+        if isinstance(model, policy.Sharded):  # a full (gathered) state, each rank keeps its shards
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+            set_optimizer_state_dict(model, opt, state["optimizer"], options=StateDictOptions(full_state_dict=True))
+        else:
+            opt.load_state_dict(state["optimizer"])
+    return opt

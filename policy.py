@@ -522,7 +522,7 @@ class Sharded(torch.nn.Module):
 def prepare(model, cfg, world):
     """The model as training uses it: itself, or with fsdp on under torchrun, Sharded:
     fp32 master shards, bf16 compute, fp32 gradient reduction (FSDP2 averages gradients
-    over ranks; all_reduce_grads turns the average back into the sum the losses
+    over ranks; grpo.all_reduce_grads turns the average back into the sum the losses
     are normalised for)."""
     if not cfg["fsdp"] or world == 1:
         return model
@@ -619,47 +619,3 @@ def load_checkpoint(out, cfg, train=True):
 
 def count_params(model):
     return sum(p.numel() for p in model.parameters())
-
-
-# ----------------------------------------------------------------------------------------
-# The update's plumbing, shared by every stage: the optimizer, gradients over ranks
-
-def all_reduce_grads(model, world):
-    """Sum gradients over ranks: each rank's loss is already divided by the global normaliser.
-    FSDP2 (Sharded) has reduced them in backward already, as a mean: scale it back
-    to the sum (a divide factor of 1 would need PREMUL_SUM, which gloo lacks)."""
-    if world == 1:
-        return
-    if isinstance(model, Sharded):
-        for p in model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(world)
-        return
-    import torch.distributed as dist
-    for p in model.parameters():
-        if not p.requires_grad:  # LoRA's frozen base
-            continue
-        if p.grad is None:  # a rank whose groups were all skipped still joins every all_reduce
-            p.grad = torch.zeros_like(p)
-        dist.all_reduce(p.grad)
-
-
-def reduce_and_clip(model, world, max_norm):
-    """After every rank's backward: gradients summed over ranks (all_reduce_grads), then
-    clipped to max_norm over the trainable parameters -> the norm before clipping."""
-    all_reduce_grads(model, world)
-    norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_norm)
-    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP2: a DTensor
-
-
-def optimizer(model, lr, cfg, state=None):
-    """AdamW as every stage builds it, resumed from state["optimizer"] when there is one."""
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
-                            weight_decay=cfg["weight_decay"], betas=(0.9, 0.95))
-    if state and state.get("optimizer"):
-        if isinstance(model, Sharded):  # a full (gathered) state, each rank keeps its shards
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-            set_optimizer_state_dict(model, opt, state["optimizer"], options=StateDictOptions(full_state_dict=True))
-        else:
-            opt.load_state_dict(state["optimizer"])
-    return opt

@@ -27,6 +27,7 @@ import time
 
 import common
 import config
+import grpo
 import kernels
 import policy
 import prompts
@@ -272,7 +273,7 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
     batches = schedule(data, cfg, max(1, epochs))
     per_step = cfg["grad_accum"] * world
     total = math.ceil(len(batches) / per_step)
-    opt = policy.optimizer(model, lr, cfg, state)
+    opt = grpo.optimizer(model, lr, cfg, state)
     start = state.get("step", 0)
     extra = dict(state.get("extra") or {}, done=False)
     model.train()
@@ -295,7 +296,7 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
                 (loss * weight / per_step).backward()
                 loss_sum += weight * loss.item() / per_step
                 tokens += int(weight * b["attention_mask"].sum())
-            norm = policy.reduce_and_clip(model, world, cfg["grad_clip"])
+            norm = grpo.reduce_and_clip(model, world, cfg["grad_clip"])
             opt.step()
             opt.zero_grad(set_to_none=True)
             if world > 1:  # the step's loss and tokens over all ranks

@@ -2206,7 +2206,7 @@ def test_sampling_copy_follows_the_training_weights(tiny):
     smp = sampler.Sampler(model, cfg)
     smp.model = sampler.whole_copy(model, torch.bfloat16)  # what __init__ does for fp32 on a GPU
     storage = {n: p.data_ptr() for n, p in smp.model.named_parameters()}
-    opt = policy.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
+    opt = grpo.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
     ids = torch.tensor([policy.prompt_ids(tok, [dict(role="user", content="gelu")]) + [5, 6, 7, 8]])
     mask = torch.ones_like(ids)
     (-policy.completion_logprobs(model, ids, mask).mean()).backward()
@@ -2240,7 +2240,7 @@ def test_lora_trains_adapters_and_checkpoints_load_plainly(tiny, tmp_path):
     with torch.no_grad():
         before = policy.completion_logprobs(model, ids, mask)
     ref = policy.reference(cfg, model, "")
-    opt = policy.optimizer(model, 5e-2, cfg)
+    opt = grpo.optimizer(model, 5e-2, cfg)
     for _ in range(3):
         (-policy.completion_logprobs(model, ids, mask).mean()).backward()
         opt.step()
@@ -2284,7 +2284,7 @@ if world > 1:
     mine = rolls[rank::world]
 else:  # the ranks' micro-batches, in the same order
     mine = rolls[0::2] + rolls[1::2]
-opt = policy.optimizer(model, 1e-3, cfg)
+opt = grpo.optimizer(model, 1e-3, cfg)
 grpo.train_step(cfg, model, ref, opt, tok, mine, world)
 smp = sampler.Sampler(policy.unwrap(model), cfg)
 policy.save_checkpoint(sys.argv[1], model, tok, opt, 1, cfg, write=rank == 0)
@@ -3014,7 +3014,7 @@ def test_fast_sampler_on_gpu(tiny):
     assert graphs.decoder.compactions >= 1 and len({len(r[0]) for r in a if r[2]}) >= 3, [len(r[0]) for r in a]
     model = lively(cfg, tok, std=0.1).cuda()  # milder logits: bf16 rounding stays small
     graphs = sampler.Sampler(model, cfg)
-    opt = policy.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
+    opt = grpo.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
     for step in range(2):
         torch.manual_seed(step)
         rows = graphs.sample(ps[:8], 40, 1.0, 0.95, list(range(0, len(tok), 25)))
