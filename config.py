@@ -70,7 +70,8 @@ SETTINGS = {
     "model": ("the policy (policy.py)", dict(
         model=("", "\"\" = the tiny built-in model; a local path or hub name; random:<shape> (bench.py)"),
         device=("auto", "auto | cuda | cpu"),
-        dtype=("auto", "auto (bf16 on GPU for inference, fp32 for training and on CPU) | bf16 | fp32"),
+        dtype=("auto", "auto (bf16 on GPU for inference, fp32 for training and on CPU) | bf16 (training: bf16 weights, "
+                        "fp32 master copies in the optimizer) | fp32"),
         tiny_dim=(192, "the tiny built-in model: width"),
         tiny_layers=(4, "the tiny built-in model: layers"),
         tiny_heads=(4, "the tiny built-in model: attention heads"),

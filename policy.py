@@ -178,8 +178,9 @@ def preflight(cfg, paths=()):
 def load(cfg, path=None, train=False):
     """-> (model, tokenizer). path: a checkpoint folder, a local model or a hub name; None
     means cfg["model"], and "" there builds the tiny model (untrained). Training keeps fp32
-    weights (the master copy; forward passes autocast to bf16 on GPU); inference loads bf16
-    on GPU unless dtype says otherwise. With lora_rank > 0, training wraps the model in
+    weights (the master copy; forward passes autocast to bf16 on GPU), or with dtype bf16
+    bf16 weights whose fp32 masters the optimizer keeps (grpo.Bf16Master); inference loads
+    bf16 on GPU unless dtype says otherwise. With lora_rank > 0, training wraps the model in
     LoRA adapters (its frozen base in bf16 on GPU); a LoRA checkpoint (an adapter folder)
     loads onto its base, trainable for training, merged into plain weights for inference."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -470,10 +471,35 @@ def sft_batch(tok, examples, max_len):
     return pack(tok, ps, cs, max_len)
 
 
+class _Bf16Head(torch.autograd.Function):
+    """h (N, D) bf16 @ w (V, D).T bf16 -> (N, V) fp32 logits: bf16 products (exact in fp32)
+    summed in fp32, on a GPU without an fp32 copy of the 150k-row weight. Backward in bf16,
+    the logits' gradient rounded to bf16 as autocast's layers round theirs."""
+
+    @staticmethod
+    def forward(ctx, h, w):
+        ctx.save_for_backward(h, w)
+        if h.is_cuda:
+            try:
+                return torch.mm(h, w.t(), out_dtype=torch.float32)
+            except (TypeError, RuntimeError):  # a torch without mm's out_dtype
+                pass
+        return h.float() @ w.float().t()
+
+    @staticmethod
+    def backward(ctx, g):
+        h, w = ctx.saved_tensors
+        g = g.to(h.dtype)
+        return g @ w, (g.t() @ h if ctx.needs_input_grad[1] else None)  # LoRA's head is frozen
+
+
 def _chunk_logp(h, weight, bias, targets, temperature):
     # h (B, C, D), targets (B, C) -> (B, C): log p(target) under logits / temperature
     # fp32 logits: bf16 ones would be off by ~0.05 nats, too coarse for PPO ratios
-    logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float()) / temperature
+    if h.dtype == weight.dtype == torch.bfloat16 and bias is None:
+        logits = _Bf16Head.apply(h.reshape(-1, h.shape[-1]), weight).view(*h.shape[:-1], -1) / temperature
+    else:
+        logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float()) / temperature
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
@@ -528,6 +554,8 @@ def prepare(model, cfg, world):
         return model
     if hasattr(model, "peft_config"):
         raise ValueError("--fsdp shards full fine-tuning; LoRA models fit on one GPU (drop --lora_rank or --fsdp)")
+    if any(p.dtype != torch.float32 for p in model.parameters()):
+        raise ValueError("--fsdp keeps fp32 master shards and computes in bf16 by itself: leave --dtype auto")
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     cuda = torch.cuda.is_available() and cfg["device"] != "cpu"

@@ -296,7 +296,7 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
                 (loss * weight / per_step).backward()
                 loss_sum += weight * loss.item() / per_step
                 tokens += int(weight * b["attention_mask"].sum())
-            norm = grpo.reduce_and_clip(model, world, cfg["grad_clip"])
+            norm = grpo.reduce_and_clip(model, opt, world, cfg["grad_clip"])
             opt.step()
             opt.zero_grad(set_to_none=True)
             if world > 1:  # the step's loss and tokens over all ranks

@@ -2416,6 +2416,72 @@ def test_one_update_moves_logprobs_the_right_way(tiny):
     assert stats["tokens"] == 8
 
 
+def test_bf16_weights_train_through_fp32_masters(tiny, tmp_path):
+    """--dtype bf16 in training: grpo.optimizer gives Bf16Master. Updates far below a weight's
+    bf16 step add up in the fp32 masters (plain AdamW on bf16 weights loses them: the weights
+    of magnitude 0.25 or more stay put); micro-batches' gradients are summed in fp32 in the
+    masters; the masters come back from a checkpoint bit for bit; the bf16 LM head gives the
+    fp32 head's log-probs and gradients within bf16 rounding."""
+    cfg, _, tok = tiny
+    torch.manual_seed(0)
+    ids = torch.randint(10, 500, (2, 12))
+    mask = torch.ones_like(ids)
+
+    def trained(model, opt, steps):
+        for _ in range(steps):
+            (-policy.completion_logprobs(model, ids, mask).mean()).backward()
+            if isinstance(opt, grpo.Bf16Master):
+                grpo.reduce_and_clip(model, opt, 1, 1e9)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    w = {}
+    for name in ("masters", "plain"):
+        model = policy.build_tiny(cfg, tok).to(torch.bfloat16)
+        big = model.model.layers[0].mlp.up_proj.weight
+        with torch.no_grad():
+            big.uniform_(0.25, 0.5)
+        start = big.detach().clone()
+        kw = dict(lr=3e-4, weight_decay=0.0)
+        opt = grpo.optimizer(model, cfg=dict(cfg, weight_decay=0.0), lr=3e-4) if name == "masters" else \
+            torch.optim.AdamW(model.parameters(), **kw)
+        assert isinstance(opt, grpo.Bf16Master) == (name == "masters")
+        trained(model, opt, 12)  # 12 x 3e-4 is about one bf16 step of a weight near 0.4
+        w[name] = (big != start).float().mean().item()
+    assert w["masters"] > 0.5 and w["plain"] < 0.05, w
+
+    # gradients of two backward passes summed in fp32 in the masters, none left on the weights
+    model = policy.build_tiny(cfg, tok).to(torch.bfloat16)
+    opt = grpo.optimizer(model, 1e-3, cfg)
+    halves = []
+    for half in (ids[:1], ids[1:]):
+        (-policy.completion_logprobs(model, half, mask[:1]).sum()).backward()
+        halves.append([m.grad.clone() for m in opt.masters])
+        opt.zero_grad()
+    for half in (ids[:1], ids[1:]):
+        (-policy.completion_logprobs(model, half, mask[:1]).sum()).backward()
+    assert all(p.grad is None for p in model.parameters())
+    assert all(m.grad.dtype == torch.float32 and torch.equal(m.grad, a + b)
+               for m, a, b in zip(opt.masters, *halves))
+    opt.step()
+    saved = opt.state_dict()
+    again = grpo.optimizer(policy.build_tiny(cfg, tok).to(torch.bfloat16), 1e-3, cfg, dict(optimizer=saved))
+    assert all(torch.equal(a, b) and a.dtype == torch.float32 for a, b in zip(again.masters, opt.masters))
+    assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(again.params, again.masters))
+
+    # the bf16 head against the fp32 one on the same bf16 numbers
+    h = torch.randn(2, 5, 16, dtype=torch.bfloat16, requires_grad=True)
+    head = torch.randn(40, 16, dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, 40, (2, 5))
+    hf, wf = h.detach().float().requires_grad_(), head.detach().float().requires_grad_()
+    got, want = policy._chunk_logp(h, head, None, t, 0.7), policy._chunk_logp(hf, wf, None, t, 0.7)
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-5)
+    got.sum().backward()
+    want.sum().backward()
+    assert torch.allclose(h.grad.float(), hf.grad, rtol=2e-2, atol=2e-2)
+    assert torch.allclose(head.grad.float(), wf.grad, rtol=2e-2, atol=2e-2)
+
+
 def test_update_groups_rollouts_of_like_lengths_into_micro_batches(tiny, monkeypatch):
     """grpo.train_step pads each micro-batch to its longest sequence; rollouts taken in order
     of length pad least: replies of 2, 40, 3 and 41 tokens in pairs pad 2 positions, not 76."""
@@ -3029,6 +3095,65 @@ def test_fast_sampler_on_gpu(tiny):
         graphs.refresh()
         for (n, p), q in zip(model.named_parameters(), graphs.model.parameters()):
             assert torch.equal(q, p.detach().to(torch.bfloat16)), n
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("kind,draw", [("compile", "sort"), ("auto", "reject")])
+def test_sampler_settings_on_gpu(tiny, kind, draw):
+    """--sampler=compile (layers fused by torch.compile inside the CUDA graphs) and
+    --top_p_draw=reject on CUDA: greedy replies equal the plain sampler's, and sampled
+    tokens' log-probs agree with the update's recomputation within bf16 rounding."""
+    cfg, _, tok = tiny
+    cfg = dict(cfg, device="cuda", gen_batch=8, max_len=256)
+    model = lively(cfg, tok, std=0.1).cuda()
+    ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 9)]
+    plain, other = sampler.Sampler(model, cfg), sampler.Sampler(model, dict(cfg, sampler=kind, top_p_draw=draw))
+    assert other.fast
+    stop = [tok.eos_token_id]
+    assert [r[0] for r in other.sample(ps, 30, 0.0, 1.0, stop)] == [r[0] for r in plain.sample(ps, 30, 0.0, 1.0, stop)]
+    torch.manual_seed(0)
+    for p, (toks, lps, _) in zip(ps, other.sample(ps, 40, 1.0, 0.95, list(range(0, len(tok), 25)))):
+        bt = {k: v.cuda() for k, v in policy.pack(tok, [p], [toks]).items()}
+        with torch.no_grad():
+            again = policy.completion_logprobs(model, bt["input_ids"], bt["attention_mask"])[0, len(p) - 1:]
+        assert len(toks) and (again - torch.tensor(lps, device="cuda")).abs().max() < 0.1
+
+
+@gpu
+@needs_cuda
+def test_bf16_training_on_gpu(tiny):
+    """--dtype bf16 on CUDA: the sampler samples from the training weights themselves (no
+    copy), the LM head's bf16 product with fp32 output gives the fp32 product's logits, and
+    an update through the fp32 masters moves the weights the sampler then reads."""
+    cfg, _, tok = tiny
+    cfg = dict(cfg, device="cuda", gen_batch=8, max_len=256, weight_decay=0.0)
+    model = lively(cfg, tok, std=0.1).cuda().to(torch.bfloat16)
+    smp = sampler.Sampler(model, cfg)
+    assert smp.fast and smp.model is model
+    h = torch.randn(3, 7, 64, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(500, 64, device="cuda", dtype=torch.bfloat16)
+    t = torch.randint(0, 500, (3, 7), device="cuda")
+    want = policy._chunk_logp(h.float(), w.float(), None, t, 1.0)
+    assert torch.allclose(policy._chunk_logp(h, w, None, t, 1.0), want, atol=1e-3)
+    opt = grpo.optimizer(model, 1e-2, cfg)
+    assert isinstance(opt, grpo.Bf16Master)
+    ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 9)]
+    for step in range(2):
+        torch.manual_seed(step)
+        rows = smp.sample(ps, 40, 1.0, 0.95, list(range(0, len(tok), 25)))
+        for p, (toks, lps, _) in zip(ps, rows):
+            bt = {k: v.cuda() for k, v in policy.pack(tok, [p], [toks]).items()}
+            with torch.no_grad():
+                again = policy.completion_logprobs(model, bt["input_ids"], bt["attention_mask"])[0, len(p) - 1:]
+            assert (again - torch.tensor(lps, device="cuda")).abs().max() < 0.1
+        before = [q.detach().clone() for q in model.parameters()]
+        (-policy.completion_logprobs(model, bt["input_ids"], bt["attention_mask"]).mean()).backward()
+        assert grpo.reduce_and_clip(model, opt, 1, 1.0) > 0
+        opt.step()
+        opt.zero_grad()
+        assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        assert all(torch.equal(q, m.to(torch.bfloat16)) for q, m in zip(model.parameters(), opt.masters))
 
 
 def test_hf_teacher_samples_a_local_checkpoint(pipeline, tasks):
