@@ -3102,16 +3102,21 @@ def test_fast_sampler_on_gpu(tiny):
 @pytest.mark.parametrize("kind,draw", [("compile", "sort"), ("auto", "reject")])
 def test_sampler_settings_on_gpu(tiny, kind, draw):
     """--sampler=compile (layers fused by torch.compile inside the CUDA graphs) and
-    --top_p_draw=reject on CUDA: greedy replies equal the plain sampler's, and sampled
-    tokens' log-probs agree with the update's recomputation within bf16 rounding."""
+    --top_p_draw=reject on CUDA: each greedy token is the best one under a plain
+    recomputation, within bf16 rounding (fused kernels round differently, so a near tie may
+    go the other way: replies need not equal the plain sampler's), and sampled tokens'
+    log-probs agree with the update's recomputation within bf16 rounding."""
     cfg, _, tok = tiny
     cfg = dict(cfg, device="cuda", gen_batch=8, max_len=256)
     model = lively(cfg, tok, std=0.1).cuda()
     ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 9)]
-    plain, other = sampler.Sampler(model, cfg), sampler.Sampler(model, dict(cfg, sampler=kind, top_p_draw=draw))
+    other = sampler.Sampler(model, dict(cfg, sampler=kind, top_p_draw=draw))
     assert other.fast
-    stop = [tok.eos_token_id]
-    assert [r[0] for r in other.sample(ps, 30, 0.0, 1.0, stop)] == [r[0] for r in plain.sample(ps, 30, 0.0, 1.0, stop)]
+    for p, (toks, _, _) in zip(ps, other.sample(ps, 30, 0.0, 1.0, [tok.eos_token_id])):
+        with torch.no_grad(), policy.autocast(model):
+            logits = model(torch.tensor([p + toks], device="cuda")).logits[0, len(p) - 1:-1].float()
+        best, got = logits.max(-1).values, logits.gather(-1, torch.tensor(toks, device="cuda")[:, None])[:, 0]
+        assert 0 < len(toks) <= 30 and (best - got).max() < 0.1
     torch.manual_seed(0)
     for p, (toks, lps, _) in zip(ps, other.sample(ps, 40, 1.0, 0.95, list(range(0, len(tok), 25)))):
         bt = {k: v.cuda() for k, v in policy.pack(tok, [p], [toks]).items()}
