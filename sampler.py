@@ -295,7 +295,10 @@ class Decoder:
             self.out = torch.zeros(self.B, max(max_new, 1), dtype=torch.long, device=dev)
             self.outlp = torch.zeros(self.B, max(max_new, 1), dtype=torch.float32, device=dev)
             self.stop, self.stop_set = torch.tensor(sorted(set(stop)), device=dev), set(stop)
+            # and a new pool: a pool whose graphs are gone may still hold blocks (torch.compile's
+            # kernels keep some), and capturing into it again trips the allocator's assert
             self.graphs.clear()
+            self.pool = None
         stop_t = self.stop
         ids = torch.zeros(n, W, dtype=torch.long)
         for r, p in enumerate(prompts):
