@@ -357,6 +357,34 @@ def judge_solutions(cfg, ev, pairs, stamp, rank, world):
             for i, (t, s) in enumerate(pairs)]
 
 
+def time_account(events, trace, workers, slots, t0, t1):
+    """Where a run's wall time [t0, t1] (gate.now() clock) went -> dict: the share of the
+    compile workers' and the run workers' capacity their jobs filled (Evaluator.events), and
+    per GPU the share spent timing, waiting for pause points, or neither (gate.gate_share on
+    Evaluator.trace). It says which side bounds a long run: builds on the host, or the GPU."""
+    wall = max(t1 - t0, 1e-9)
+
+    def busy(kind, n):  # job seconds inside [t0, t1] over n workers' time
+        ts = sorted((t, w) for t, k, w in events if k == kind)
+        live, last, total = 0, t0, 0.0
+        for t, w in ts:
+            t = min(max(t, t0), t1)
+            total += live * (t - last)
+            live, last = live + (1 if w == "start" else -1), t
+        return (total + live * (t1 - last)) / (wall * max(n, 1))
+    gpus = {g: {k: v / wall for k, v in a.items()} for g, a in kernels.gate.gate_share(trace, t0, t1).items()}
+    return dict(seconds=wall, compile_busy=busy("compile", workers), run_busy=busy("run", slots), gpus=gpus)
+
+
+def print_account(a):
+    line = (f"time: {a['seconds']:.0f} s; compile workers busy {a['compile_busy']:.0%}, "
+            f"run workers {a['run_busy']:.0%}")
+    for g, s in a["gpus"].items():
+        line += (f"; GPU {g}: timing {s['timing']:.0%}, waiting for pause points {s['waiting']:.0%}, "
+                 f"neither {s['other']:.0%}")
+    print(line)
+
+
 def device_why(cfg, device):
     """Why this machine runs candidates on `device` (kernels.pick_backend's choice), for error
     messages."""
@@ -449,10 +477,13 @@ def run(cfg):
                 print(f"{len(p.other_language)} solution(s) written in another language than {ev.language}, skipped")
             if not p.pairs:
                 raise ValueError(nothing_to_evaluate(p, cfg, ev, [] if own else all_tasks))
+            g0 = kernels.gate.now()
             verdicts = judge_solutions(cfg, ev, p.pairs, stamp, rank, world)
             if rank == 0:
                 print()
                 summary = report(verdicts)
+                summary["time"] = time_account(ev.events, ev.trace, ev.workers, len(ev.slots), g0, kernels.gate.now())
+                print_account(summary["time"])
                 if any(s.score is not None for _, s in p.pairs):  # an audit of published numbers
                     summary["audit"] = audit(p.pairs, verdicts)
     common.dist_teardown()

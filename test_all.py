@@ -1774,8 +1774,21 @@ def test_evaluate_cli_writes_results(cache, tmp_path):
     res = json.load(open(path))
     assert res["summary"]["all"]["n"] == 4 and len(res["verdicts"]) == 4
     assert res["config"]["only"] == "gelu,diag_matmul"
+    t = res["summary"]["time"]  # where the wall time went, also printed
+    assert 0 < t["compile_busy"] <= 1 and 0 < t["run_busy"] <= 1 and "compile workers busy" in r.stdout
     bad = subprocess.run([sys.executable, "evaluate.py", "--solutions=/nope"], cwd=HERE, capture_output=True, text=True)
     assert bad.returncode != 0 and "no such solutions" in bad.stderr
+
+
+def test_time_account_says_which_side_bounds_a_run():
+    """evaluate.time_account over [0, 10] s: two compile workers busy 10 s and 5 s (a job
+    still running at the end counts to the end), one run worker 4 s, a GPU held 2 s."""
+    events = [(0.0, "compile", "start"), (0.0, "compile", "start"), (5.0, "compile", "end"),
+              (2.0, "run", "start"), (6.0, "run", "end")]
+    trace = [(2.0, 0, 11, "hold"), (4.0, 0, 11, "check")]
+    a = evaluate.time_account(events, trace, 2, 1, 0.0, 10.0)
+    assert a["compile_busy"] == pytest.approx(0.75) and a["run_busy"] == pytest.approx(0.4)
+    assert a["gpus"][0]["timing"] == pytest.approx(0.2) and a["gpus"][0]["other"] == pytest.approx(0.8)
 
 
 def test_evaluate_journals_verdicts_and_resumes_after_an_interruption(cache, tmp_path, capsys):
