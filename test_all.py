@@ -1304,6 +1304,17 @@ def test_static_check_finds_the_hacks_and_passes_honest_code(cache, tasks):
     assert not v.seconds.get("compile"), v.seconds  # no worker started
 
 
+def test_an_exception_in_a_candidate_call_keeps_its_traceback(cache, tasks):
+    """runtime_error/exception from ModelNew.forward: the verdict's log has the candidate's
+    frames and the innermost ones (where an error inside torch was raised), not just one line."""
+    code = ("import torch\n\ndef helper(x):\n    return {1: 2}[len(x.shape)]\n\n\n"
+            "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return helper(x)\n")
+    with make_eval(cache, "cpu") as ev:
+        [v] = ev.evaluate([(tasks["gelu"], code)])
+    assert (v.status, v.reason) == ("runtime_error", "exception") and "KeyError" in v.message, v.message
+    assert "line 9, in forward" in v.log and "line 4, in helper" in v.log and "KeyError" in v.log, v.log
+
+
 def test_covered_folders_never_hold_what_a_job_needs(cache, tmp_path):
     """A job's mounts cover the run's out folder, unless it holds the project, Python or the
     build cache (--out=/tmp, say, where the CI's virtual environment lives)."""

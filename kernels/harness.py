@@ -57,9 +57,11 @@ def classify(exc, where):
     return Reject("runtime_error", "exception", f"{text.splitlines()[0][:300]} (in {where})")
 
 
-def _candidate_traceback(exc, filename):
-    """The traceback trimmed to the candidate's own frames and the error line."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+def _candidate_traceback(exc, filename, tail=0):
+    """The traceback trimmed to the candidate's own frames (and the innermost `tail` of any
+    file: where an error inside torch was raised) and the error line."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    frames = [f for i, f in enumerate(tb) if f.filename == filename or i >= len(tb) - tail]
     lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
     return "".join(lines)
 
@@ -356,7 +358,9 @@ class Harness:
             except Reject:
                 raise
             except Exception as e:
-                raise classify(e, label) from e
+                r = classify(e, label)
+                r.extra.setdefault("log", _candidate_traceback(e, os.path.join(self.workdir, "candidate.py"), tail=8))
+                raise r from e
         self.calls += builds.KERNEL_CALLS[0] - before
         return (out, snap) if snapshot else out
 
@@ -421,14 +425,10 @@ class Harness:
         self._size_constants()
 
     def _size_constants(self):
-        """A solution that redefines the sizes the task's input functions read (batch_size,
-        dim, ...) would fool a harness that used the solution's get_inputs; ours never does,
-        but the attempt is rejected by name."""
-        names = set()
-        for fname in ("get_inputs", "get_init_inputs"):
-            f = getattr(self.task, fname, None)
-            if f is not None:
-                names.update(f.__code__.co_names)
+        """A solution that redefines the sizes the task's input functions read (batch_size, dim)
+        would fool a harness that used its get_inputs; ours never does, but it is rejected."""
+        names = {n for fname in ("get_inputs", "get_init_inputs") if (f := getattr(self.task, fname, None))
+                 for n in f.__code__.co_names}
         sv = vars(self.sol)
         for k in sorted(names & self.task_vars.keys()):
             if k in sv and isinstance(sv[k], type(self.task_vars[k])) and sv[k] != self.task_vars[k]:
@@ -632,8 +632,7 @@ def reference_failed(e):
 
 
 def failed(h, e):
-    """What went wrong once the candidate was in play -> dict of Verdict fields: a failed
-    check (Reject) as it says, anything else classified (classify)."""
+    """What went wrong once the candidate was in play -> Verdict fields: a Reject as it says, else classify's."""
     if not isinstance(e, Reject):
         r = classify(e, "evaluation")
         r.extra["log"] = _candidate_traceback(e, os.path.join(h.workdir, "candidate.py"))
