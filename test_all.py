@@ -2493,6 +2493,9 @@ def test_bf16_weights_train_through_fp32_masters(tiny, tmp_path):
     assert all(torch.equal(a, b) and a.dtype == torch.float32 for a, b in zip(again.masters, opt.masters))
     assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(again.params, again.masters))
 
+    with pytest.raises(ValueError, match="leave --dtype auto"):  # FSDP2 keeps fp32 shards itself
+        policy.prepare(model, dict(cfg, fsdp=True), 2)
+
     # the bf16 head against the fp32 one on the same bf16 numbers
     h = torch.randn(2, 5, 16, dtype=torch.bfloat16, requires_grad=True)
     head = torch.randn(40, 16, dtype=torch.bfloat16, requires_grad=True)
