@@ -214,9 +214,6 @@ class Counted:
         return counted
 
 
-TORCH_BUILDS = re.compile(r"cpp_extension|load_inline")  # a candidate that builds through torch's loader
-
-
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 

@@ -21,7 +21,7 @@ import warnings
 
 import torch
 
-from . import builds, checks, correctness, gate, guards, sandbox, timing, verdicts
+from . import builds, checks, correctness, gate, guards, sandbox, static, timing, verdicts
 from .correctness import tensors
 from .verdicts import Reject, fresh_seed
 
@@ -680,7 +680,7 @@ def _construct_ahead(job, mod):
     here is not a verdict (without a GPU a constructor may take another path, or fail): the
     run phase constructs it again and judges that."""
     cls = getattr(mod, "ModelNew", None)
-    if not isinstance(cls, type) or not guards.TORCH_BUILDS.search(job["code"]):
+    if not isinstance(cls, type) or not static.TORCH_BUILDS.search(job["code"]):
         return
     try:
         task = _import_code(job["task_code"], "kb_task_" + job["task_hash"], os.path.join(job["workdir"], "task.py"))

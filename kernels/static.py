@@ -11,6 +11,11 @@ CUDA graphs, torch.compile and ctypes for a CUDA symbol's address all pass.
     bad = static.check_library("lib.so")   # -> system functions a built library should not import
 """
 import ast
+import re
+
+# A candidate that builds through torch's extension loader (a minute or more a build, where
+# ours take seconds): read by the worker (a build is not run twice) and the scheduler.
+TORCH_BUILDS = re.compile(r"cpp_extension|load_inline")
 
 # Fully qualified names (after resolving the candidate's imports) a candidate may not touch.
 FORBIDDEN = {

@@ -19,7 +19,7 @@ import traceback
 
 import torch
 
-from . import correctness, gate, guards, harness, sandbox
+from . import correctness, gate, guards, harness, sandbox, static
 from . import verdicts
 
 
@@ -119,7 +119,7 @@ def child_main(kind, conn, job):
             res = verdicts.Reject("runtime_error", "oom" if "out of memory" in err.lower() else "cuda_init",
                                   f"the worker could not start CUDA on its GPU: {err[:300]}").result()
         else:
-            if guards.TORCH_BUILDS.search(job["code"] or ""):  # a build is not run twice
+            if static.TORCH_BUILDS.search(job["code"] or ""):  # a build is not run twice
                 guards.remember_builds(job["env"]["TORCH_EXTENSIONS_DIR"])
             run = {"compile": harness.compile_job, "run": harness.run_job, "reference": harness.reference_job}[kind]
             if kind == "run" and job.get("confirm"):  # the second measurement; its module is imported
