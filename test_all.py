@@ -1315,6 +1315,25 @@ def test_an_exception_in_a_candidate_call_keeps_its_traceback(cache, tasks):
     assert "line 9, in forward" in v.log and "line 4, in helper" in v.log and "KeyError" in v.log, v.log
 
 
+def test_torch_loader_builds_are_scheduled_first(cache, tasks, monkeypatch):
+    """Candidates that build through torch's loader (a minute or more each) go to the compile
+    workers before the others, which keep their order; verdicts come back in the input's order."""
+    seen = []
+
+    def schedule(self, items, phases, progress, desc, landed=None):
+        seen.extend(it["name"] for it in items)
+        for it in items:
+            it["res"] = dict(status="ok", reason="", message="", speedup=1.0)
+            landed(it)
+    monkeypatch.setattr(kernels.Evaluator, "_schedule", schedule)
+    body = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x{}\n"
+    sols = [taskset.Solution(body.format(end), f"s{i}") for i, end in
+            enumerate(["", "  # cpp_extension", " * 1", "  # torch.utils.cpp_extension.load_inline", " + 0"])]
+    with make_eval(cache, "cpu") as ev:
+        vs = ev.evaluate([(tasks["gelu"], s) for s in sols])
+    assert seen == ["s1", "s3", "s0", "s2", "s4"] and [v.solution for v in vs] == ["s0", "s1", "s2", "s3", "s4"]
+
+
 def test_covered_folders_never_hold_what_a_job_needs(cache, tmp_path):
     """A job's mounts cover the run's out folder, unless it holds the project, Python or the
     build cache (--out=/tmp, say, where the CI's virtual environment lives)."""

@@ -446,7 +446,10 @@ class Evaluator:
         for key, it in items.items():  # verdicts that needed no worker land first
             if it["res"] is not None:
                 finish(key, it)
-        todo = [it for it in items.values() if it["res"] is None]
+        # builds through torch's loader take a minute or more where ours take seconds: they start
+        # first, so that none of them is the last job to begin (longest first shortens the tail)
+        todo = sorted((it for it in items.values() if it["res"] is None),
+                      key=lambda it: not static.TORCH_BUILDS.search(it["code"]))
         self._schedule(todo, ["compile", "run"], progress, desc, landed=lambda it: finish(it["key"], it))
         return verdicts
 
