@@ -367,7 +367,8 @@ def policy_bench(cfg):
     rows = []
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"\npolicy: {len(msgs)} prompts x {cfg['crl_samples']} samples x {cfg['max_new_tokens']} new tokens, "
-        f"gen_batch {cfg['gen_batch']}, crl_micro_batch {cfg['crl_micro_batch']}, beta {cfg['beta']}, world {world}")
+        f"gen_batch {cfg['gen_batch']}, crl_micro_batch {cfg['crl_micro_batch']}, beta {cfg['beta']}, world {world}, "
+        f"dtype {cfg['dtype']}, sampler {cfg['sampler']}, top_p_draw {cfg['top_p_draw']}")
     flops_peak, bandwidth = gpu_peaks()
     batches = [int(x) for x in str(cfg["bench_gen_batches"]).split(",") if x.strip()]
     say(f"{'shape':6s} {'mode':5s} {'params':>7s} {'train':>7s} {'tok/s 1st':>9s} {'tok/s':>7s} {'limit':>7s} "
