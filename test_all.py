@@ -1168,6 +1168,8 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
             status, _, reasons = meta["EXPECT"].partition("/")
             if v.status != status or (reasons and v.reason not in reasons.split("|")):
                 failures.append(f"{os.path.basename(f)}: expected {meta['EXPECT']}, got {v.status}/{v.reason}: {v.message}")
+            elif v.reason == "oom" and backend == "cuda" and not v.alone:  # beside others: again, alone
+                failures.append(f"{os.path.basename(f)}: out of memory, and not judged again alone")
             elif v.seconds.get("run", 0.0) > meta.get("MAX_RUN_S", float("inf")):
                 failures.append(f"{os.path.basename(f)}: its job ran {v.seconds['run']:.1f} s, over the "
                                 f"{meta['MAX_RUN_S']} s a hang of its kind may cost")

@@ -32,6 +32,7 @@ class Verdict:
     seconds: dict = field(default_factory=dict)  # compile, check, time, total
     kernelbench: dict = field(default_factory=dict)  # KernelBench's verdict (kernelbench.py), where asked for
     kernel_calls: int = 0
+    alone: bool = False           # judged again alone on its GPU after running out of memory beside others
     source_hash: str = ""
     seed: int = 0
 
