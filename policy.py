@@ -476,14 +476,18 @@ class _Bf16Head(torch.autograd.Function):
     summed in fp32, on a GPU without an fp32 copy of the 150k-row weight. Backward in bf16,
     the logits' gradient rounded to bf16 as autocast's layers round theirs."""
 
+    out_dtype = True  # False once this torch turned mm's out_dtype down: fp32 products from then on
+
     @staticmethod
     def forward(ctx, h, w):
         ctx.save_for_backward(h, w)
-        if h.is_cuda:
+        if h.is_cuda and _Bf16Head.out_dtype:
             try:
                 return torch.mm(h, w.t(), out_dtype=torch.float32)
-            except (TypeError, RuntimeError):  # a torch without mm's out_dtype
-                pass
+            except torch.OutOfMemoryError:
+                raise
+            except (TypeError, NotImplementedError, RuntimeError):  # no such argument, or no kernel for it
+                _Bf16Head.out_dtype = False
         return h.float() @ w.float().t()
 
     @staticmethod
