@@ -237,14 +237,17 @@ def agrees(out, ref, tol):
     return rel_err(out, ref) <= tol
 
 
+def _sum64(t):
+    """A non-empty tensor's float64 sum, a chunk at a time: a float64 sum of a float32 tensor
+    converts it whole first (12 GiB for a KernelBench output of 1.6 billion elements). -> 0-d"""
+    return torch.stack([c.sum(dtype=torch.float64) for c in t.reshape(-1).split(_CHUNK)]).sum()
+
+
 def fingerprint(out):
-    """A cheap identity of an output's values, to spot results replayed from a cache. The sum
-    is taken a chunk at a time: a float64 sum of a float32 tensor converts it whole first
-    (12 GiB for a KernelBench output of 1.6 billion elements)."""
+    """A cheap identity of an output's values, to spot results replayed from a cache."""
     ts = tensors(out)
-    total = lambda t: torch.stack([c.sum(dtype=torch.float64) for c in t.reshape(-1).split(_CHUNK)]).sum().item() \
-        if t.numel() else 0.0
-    return [(tuple(t.shape), total(t), t.reshape(-1)[:: max(1, t.numel() // 4096)].double().cpu()) for t in ts]
+    return [(tuple(t.shape), _sum64(t).item() if t.numel() else 0.0,
+             t.reshape(-1)[:: max(1, t.numel() // 4096)].double().cpu()) for t in ts]
 
 
 def checksums(ts):
@@ -258,8 +261,7 @@ def checksums(ts):
         if not t.numel():
             parts.append(torch.zeros(0, dtype=torch.float64, device=t.device))
             continue
-        total = torch.stack([c.sum(dtype=torch.float64) for c in t.reshape(-1).split(_CHUNK)]).sum()
-        parts.append(torch.cat([total[None], t.reshape(-1)[:: max(1, t.numel() // 256)].double()]))
+        parts.append(torch.cat([_sum64(t)[None], t.reshape(-1)[:: max(1, t.numel() // 256)].double()]))
     if not parts:
         return []
     return list(torch.cat(parts).view(torch.int64).cpu().split([len(p) for p in parts]))
