@@ -86,9 +86,11 @@ SETTINGS = {
         fsdp=(False, "under torchrun: shard weights, gradients, optimizer state over ranks (FSDP2)"),
         grad_ckpt=("auto", "gradient checkpointing: auto (above 100M parameters: on a GPU, only the layers "
                     "whose activations do not fit) | on | off"),
+        compile_update=(False, "torch.compile each decoder layer and the log-prob arithmetic for training "
+                        "forwards and backwards (the first update compiles: about a minute)"),
         gen_batch=(8, "sequences sampled together (one batch of the decoder)"),
         sampler=("auto", "auto: our static-cache decoder for Llama/Qwen/Mistral models, else HF generate | "
-                 "compile: the same, its layers fused by torch.compile | hf"),
+                 "compile: the same, its layers and its draw fused by torch.compile | hf"),
         cuda_graphs=(True, "replay decode steps as CUDA graphs (GPU, sampler=auto)"),
         top_p_draw=("sort", "how our decoder draws within top_p: sort (the vocabulary, every step) | reject "
                     "(draws from the whole distribution, the first inside the nucleus kept; top_p >= 0.5)"),

@@ -497,14 +497,38 @@ class _Bf16Head(torch.autograd.Function):
         return g @ w, (g.t() @ h if ctx.needs_input_grad[1] else None)  # LoRA's head is frozen
 
 
-def _chunk_logp(h, weight, bias, targets, temperature):
+def logp_of(logits, targets, temperature: float):
+    """logits (..., V) fp32, targets (...) -> (...): log p(target) under logits / temperature.
+    Compiled under --compile_update: one pass over the logits forward and one backward,
+    where eager PyTorch makes five or six (the logits are 150k wide: the passes cost)."""
+    logits = logits / temperature
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+COMPILED_LOGP = None
+
+
+def compiled_logp():
+    global COMPILED_LOGP
+    COMPILED_LOGP = COMPILED_LOGP or torch.compile(logp_of, dynamic=True)
+    return COMPILED_LOGP
+
+
+def _chunk_logp(h, weight, bias, targets, temperature, tail=logp_of):
     # h (B, C, D), targets (B, C) -> (B, C): log p(target) under logits / temperature
     # fp32 logits: bf16 ones would be off by ~0.05 nats, too coarse for PPO ratios
     if h.dtype == weight.dtype == torch.bfloat16 and bias is None:
-        logits = _Bf16Head.apply(h.reshape(-1, h.shape[-1]), weight).view(*h.shape[:-1], -1) / temperature
+        logits = _Bf16Head.apply(h.reshape(-1, h.shape[-1]), weight).view(*h.shape[:-1], -1)
     else:
-        logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float()) / temperature
-    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float())
+    return tail(logits, targets, float(temperature))
+
+
+def right_padded(attention_mask):
+    """True when every row's tokens come first and its padding after (pack() lays batches out
+    so): then causal attention alone is exact for every real token."""
+    m = attention_mask.bool()
+    return bool(m[:, 0].all() and (m[:, 1:] <= m[:, :-1]).all())
 
 
 def completion_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk=None):
@@ -514,19 +538,27 @@ def completion_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk
     so no (B, T, V) tensor is ever held: with a 150k vocabulary that would be gigabytes."""
     if isinstance(model, Sharded):  # FSDP2: through the root unit's forward (see Sharded)
         return model(input_ids, attention_mask, temperature, chunk)
-    pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    if right_padded(attention_mask):
+        # no mask: attention runs causal only (flash) instead of masked, which on the H100
+        # made a 1.5B update about 12% faster; a real token never sees the padding after it, and
+        # positions 0..T-1 are the ones the mask gives it
+        B, T = input_ids.shape
+        mask, pos = None, torch.arange(T, device=input_ids.device).expand(B, T)
+    else:
+        mask, pos = attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0)
     if model.training and torch.is_grad_enabled():
         fit_checkpointing(model, input_ids.numel())
     with autocast(model):
-        h = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos,
+        h = model.get_decoder()(input_ids=input_ids, attention_mask=mask, position_ids=pos,
                                 use_cache=False).last_hidden_state[:, :-1]  # (B, T-1, D)
     head = model.get_output_embeddings()
     targets = input_ids[:, 1:]
+    tail = compiled_logp() if getattr(model, "compiled_update", False) else logp_of
     # about 256 MB of fp32 logits per chunk; one chunk (no recompute) when it all fits
     chunk = chunk or max(1, (1 << 26) // (h.shape[0] * head.weight.shape[0]))
     outs, one = [], h.shape[1] <= chunk
     for s in range(0, h.shape[1], chunk):
-        args = (h[:, s:s + chunk], head.weight, head.bias, targets[:, s:s + chunk], temperature)
+        args = (h[:, s:s + chunk], head.weight, head.bias, targets[:, s:s + chunk], temperature, tail)
         if torch.is_grad_enabled() and not one:
             outs.append(torch.utils.checkpoint.checkpoint(_chunk_logp, *args, use_reentrant=False))
         else:
@@ -553,7 +585,12 @@ def prepare(model, cfg, world):
     """The model as training uses it: itself, or with fsdp on under torchrun, Sharded:
     fp32 master shards, bf16 compute, fp32 gradient reduction (FSDP2 averages gradients
     over ranks; grpo.all_reduce_grads turns the average back into the sum the losses
-    are normalised for)."""
+    are normalised for). --compile_update compiles each decoder layer (shapes dynamic: one
+    compile serves every batch) and the log-prob arithmetic (logp_of)."""
+    if cfg.get("compile_update"):
+        for layer in model.get_decoder().layers:
+            layer.compile(dynamic=True)
+        model.compiled_update = True
     if not cfg["fsdp"] or world == 1:
         return model
     if hasattr(model, "peft_config"):

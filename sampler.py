@@ -104,13 +104,13 @@ def fusable(core):
             (layer.input_layernorm, layer.post_attention_layernorm))
 
 
-FUSED = None  # (qkv, out_mlp) compiled once per process, shared by every Decoder that fuses
+FUSED = None  # (qkv, out_mlp, pick_core) compiled once per process, shared by every Decoder that fuses
 
 
 def fused_parts():
     global FUSED
     if FUSED is None:
-        FUSED = (torch.compile(qkv, dynamic=True, fullgraph=True), torch.compile(out_mlp, dynamic=True, fullgraph=True))
+        FUSED = tuple(torch.compile(f, dynamic=True, fullgraph=True) for f in (qkv, out_mlp, pick_core))
     return FUSED
 
 
@@ -162,42 +162,58 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None):
     return core.norm(h)
 
 
-def pick(logits, temperature, top_p, nucleus="sort"):
+def pick(logits, temperature, top_p, nucleus="sort", core=None):
     """Sample one token per row. logits: (B, V) fp32 -> (tokens (B,), log-probs (B,)). The
     log-prob is under the temperature-scaled full distribution, which is what the update
     scores (top-p only narrows what may be drawn). Drawing by argmax(p / Exp(1)) is exact
     and needs no host sync, so it can live inside a CUDA graph. nucleus: how top-p is drawn,
-    "sort" (the vocabulary sorted every step) or "reject" (nucleus_draw)."""
+    "sort" (the vocabulary sorted every step) or "reject" (nucleus_draw). core: pick_core
+    compiled (--sampler=compile), or None. The random numbers are drawn here, eagerly: an
+    eager draw inside a CUDA graph advances the generator at every replay, so each step and
+    row draws anew; the compiled part is a pure function of them."""
     if temperature <= 0:
         tok = logits.argmax(-1)
         return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
+    reject = top_p < 1.0 and nucleus == "reject" and top_p >= 0.5
+    noise = torch.rand(logits.shape[0], draws(top_p), device=logits.device) if reject else \
+        torch.empty_like(logits).exponential_()
+    return (core or pick_core)(logits, noise, temperature, top_p, reject)
+
+
+def pick_core(logits, noise, temperature: float, top_p: float, reject: bool):
+    """pick() given its random numbers: noise is (B, R) uniforms for nucleus_draw (reject),
+    else (B, V) Exp(1) draws for argmax(p / noise)."""
     logp = torch.log_softmax(logits / temperature, -1)
     p = logp.exp()
-    if top_p < 1.0 and nucleus == "reject" and top_p >= 0.5:
-        tok = nucleus_draw(p, top_p)
-        return tok, logp.gather(-1, tok[:, None])[:, 0]
-    if top_p < 1.0:
-        sp, idx = p.sort(-1, descending=True)
-        cut = (sp.cumsum(-1) - sp) > top_p                    # the mass before it already exceeds top_p
-        p = p.scatter(-1, idx, sp.masked_fill(cut, 0.0))
-    tok = (p / torch.empty_like(p).exponential_()).argmax(-1)
+    if reject:
+        tok = nucleus_draw(p, top_p, noise)
+    else:
+        if top_p < 1.0:
+            sp, idx = p.sort(-1, descending=True)
+            cut = (sp.cumsum(-1) - sp) > top_p                # the mass before it already exceeds top_p
+            p = p.scatter(-1, idx, sp.masked_fill(cut, 0.0))
+        tok = (p / noise).argmax(-1)
     return tok, logp.gather(-1, tok[:, None])[:, 0]
 
 
-def nucleus_draw(p, top_p, miss=1e-6):
-    """Top-p sampling without a sort: R tokens drawn from the whole distribution p (B, V),
-    the first one inside the nucleus kept (those whose more probable tokens hold at most
-    top_p of the mass, which is the sort's rule up to ties). Rejection sampling: the kept
-    token follows p restricted to the nucleus exactly. A draw misses the nucleus with
-    probability at most 1 - top_p, so R = log(miss) / log(1 - top_p) draws all miss at most
-    `miss` of the time; then the most probable token is taken. Costs a cumulative sum and
-    R reductions over the vocabulary instead of a sort (R = 5 at top_p 0.95). -> (B,)"""
-    R = max(1, math.ceil(math.log(miss) / math.log(1.0 - top_p)))
+def draws(top_p, miss=1e-6):
+    """Draws nucleus_draw makes: R = log(miss) / log(1 - top_p) all miss the nucleus at most
+    `miss` of the time (R = 5 at top_p 0.95)."""
+    return max(1, math.ceil(math.log(miss) / math.log(1.0 - top_p)))
+
+
+def nucleus_draw(p, top_p, u):
+    """Top-p sampling without a sort: R tokens drawn from the whole distribution p (B, V) by
+    the R uniforms u (B, R), the first one inside the nucleus kept (those whose more probable
+    tokens hold at most top_p of the mass, which is the sort's rule up to ties). Rejection
+    sampling: the kept token follows p restricted to the nucleus exactly. A draw misses the
+    nucleus with probability at most 1 - top_p (draws() sets R); where all miss, the most
+    probable token is taken. Costs a cumulative sum and R reductions over the vocabulary
+    instead of a sort. -> (B,)"""
     cdf = p.cumsum(-1)                                                       # (B, V)
-    u = torch.rand(p.shape[0], R, device=p.device) * cdf[:, -1:]            # (B, R)
-    cand = torch.searchsorted(cdf, u).clamp_(max=p.shape[-1] - 1)            # (B, R) drawn from p
+    cand = torch.searchsorted(cdf, u * cdf[:, -1:]).clamp_(max=p.shape[-1] - 1)  # (B, R) drawn from p
     pc = p.gather(-1, cand)                                                  # (B, R)
-    above = torch.stack([torch.where(p > pc[:, r, None], p, 0.0).sum(-1) for r in range(R)], -1)
+    above = torch.stack([torch.where(p > pc[:, r, None], p, 0.0).sum(-1) for r in range(u.shape[1])], -1)
     inside = above <= top_p                                                  # (B, R)
     first = cand.gather(-1, inside.float().argmax(-1, keepdim=True))[:, 0]   # argmax: the first True
     return torch.where(inside.any(-1), first, p.argmax(-1))
@@ -209,7 +225,8 @@ class Decoder:
     def __init__(self, model, max_batch, max_len, graphs, fuse=False, nucleus="sort"):
         self.model, self.nucleus = model, nucleus
         _, self.core, self.head = decoder_parts(model)
-        self.fused = fused_parts() if fuse and fusable(self.core) else None
+        self.fused = fused_parts()[:2] if fuse and fusable(self.core) else None
+        self.pick_core = fused_parts()[2] if fuse else None  # the draw compiled for any decoder
         self.dev, self.dtype = self.head.weight.device, self.head.weight.dtype
         self.B, self.L = max_batch, max_len
         self.graphs_on = graphs and self.dev.type == "cuda"
@@ -249,6 +266,18 @@ class Decoder:
                 self.fused = None
         return forward(self.core, *args)
 
+    def _pick(self, h, temperature, top_p):
+        """pick() on the last hidden states h (B, D), through the compiled pick_core where it
+        compiles here, else eagerly (falling back once, with a warning, as _forward does)."""
+        logits = self.head(h).float()
+        if self.pick_core is not None:
+            try:
+                return pick(logits, temperature, top_p, self.nucleus, self.pick_core)
+            except torch._dynamo.exc.TorchDynamoException as e:
+                warnings.warn(f"--sampler=compile: torch.compile failed ({type(e).__name__}); drawing eagerly")
+                self.pick_core = None
+        return pick(logits, temperature, top_p, self.nucleus)
+
     def _step(self, b, n_keys, temperature, top_p, stop, out, outlp, s):
         """One decode step for the first b rows; everything it reads and writes is a fixed
         buffer, so the same kernels can be replayed. s: (1,) the output slot."""
@@ -258,7 +287,7 @@ class Decoder:
         mask = ((keys >= self.start[:b, None]) & (keys <= col))[:, None, None]    # (b, 1, 1, n_keys)
         h = self._forward(self.tok[:b, None], pos, col, mask, [k[:b] for k in self.ks], [v[:b] for v in self.vs],
                           n_keys)
-        tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p, self.nucleus)
+        tok, lp = self._pick(h[:, -1], temperature, top_p)
         self.tok[:b].copy_(tok)
         out[:b].index_copy_(1, s, tok[:, None])
         outlp[:b].index_copy_(1, s, lp[:, None])
@@ -343,7 +372,7 @@ class Decoder:
             mask = (keys <= q[None, :, None]) & (keys >= start[:, :, None])
             mask = (mask | (keys == q[None, :, None]))[:, None]                     # padding rows see themselves
             h = self._forward(ids[r0:r1], pos, q, mask, [k[r0:r1] for k in self.ks], [v[r0:r1] for v in self.vs], W)
-            tok, lp = pick(self.head(h[:, -1]).float(), temperature, top_p, self.nucleus)
+            tok, lp = self._pick(h[:, -1], temperature, top_p)
             self.tok[r0:r1] = tok
             self.out[r0:r1, 0] = tok
             self.outlp[r0:r1, 0] = lp

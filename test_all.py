@@ -7,6 +7,7 @@
 Compiled candidates are shared through one build cache per session, so each builds once.
 """
 import ast
+import copy
 import glob
 import json
 import os
@@ -2114,6 +2115,28 @@ def test_logprobs_match_a_plain_recomputation(tiny):
         assert torch.allclose(got_left[1, w - n1:], got[1, :n1 - 1], atol=1e-5)
 
 
+def test_compiled_update_computes_what_the_eager_one_does(tiny):
+    """--compile_update: decoder layers and the log-prob arithmetic through torch.compile
+    give the eager log-probs and gradients within float rounding, on a right-padded batch
+    (causal attention only) and a left-padded one (masked)."""
+    cfg, model, tok = tiny
+    twin = policy.prepare(copy.deepcopy(model), dict(cfg, compile_update=True), 1)
+    assert twin.compiled_update and all(l._compiled_call_impl is not None for l in twin.get_decoder().layers)
+    b = policy.pack(tok, [[5, 6, 7, 8, 9], [10, 11]], [[12, 13, tok.eos_token_id], [14, 15, 16, 17]])
+    left = dict(input_ids=b["input_ids"].flip(-1), attention_mask=b["attention_mask"].flip(-1))
+    for batch in (b, left):
+        got = []
+        for m in (model, twin):
+            m.zero_grad()
+            lp = policy.completion_logprobs(m, batch["input_ids"], batch["attention_mask"], 0.7, chunk=3)
+            (lp * batch["attention_mask"][:, 1:]).sum().backward()
+            got.append((lp.detach(), [p.grad.clone() for p in m.parameters()]))
+        assert torch.allclose(got[0][0], got[1][0], atol=1e-5)
+        assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(got[0][1], got[1][1]))
+    assert policy.COMPILED_LOGP is not None
+    model.zero_grad()
+
+
 def test_sampling_batches_and_stops(tiny):
     cfg, model, tok = tiny
     msgs = [[dict(role="user", content="gelu")], [dict(role="user", content="a longer prompt about softmax")]]
@@ -2189,6 +2212,18 @@ def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
     with pytest.warns(UserWarning, match="torch.compile failed"):
         c = fused.sample(ps, 20, 0.0, 1.0, [tok.eos_token_id])
     assert fused.decoder.fused is None and [r[0] for r in c] == [r[0] for r in a]
+    # the draw compiled: given the same random numbers, the eager draw's tokens and log-probs
+    logits = torch.randn(8, 1000) * 3
+    for draw, top_p in (("reject", 0.95), ("sort", 0.9), ("sort", 1.0)):
+        torch.manual_seed(1)
+        t1, l1 = sampler.pick(logits, 0.8, top_p, draw)
+        torch.manual_seed(1)
+        t2, l2 = sampler.pick(logits, 0.8, top_p, draw, sampler.fused_parts()[2])
+        assert t1.tolist() == t2.tolist() and torch.allclose(l1, l2, atol=1e-5), draw
+    fused.decoder.pick_core = broken
+    with pytest.warns(UserWarning, match="torch.compile failed"):
+        fused.sample(ps, 4, 1.0, 0.95, [tok.eos_token_id])
+    assert fused.decoder.pick_core is None
     core = sampler.decoder_parts(model)[1]
     core.layers[0].self_attn.q_norm = torch.nn.Identity()  # as a Qwen3 layer has
     try:
@@ -3149,8 +3184,8 @@ def test_fast_sampler_on_gpu(tiny):
 @needs_cuda
 @pytest.mark.parametrize("kind,draw", [("compile", "sort"), ("auto", "reject")])
 def test_sampler_settings_on_gpu(tiny, kind, draw):
-    """--sampler=compile (layers fused by torch.compile inside the CUDA graphs) and
-    --top_p_draw=reject on CUDA: each greedy token is the best one under a plain
+    """--sampler=compile (layers and the draw fused by torch.compile inside the CUDA graphs)
+    and --top_p_draw=reject on CUDA: each greedy token is the best one under a plain
     recomputation, within bf16 rounding (fused kernels round differently, so a near tie may
     go the other way: replies need not equal the plain sampler's), and sampled tokens'
     log-probs agree with the update's recomputation within bf16 rounding."""
@@ -3171,6 +3206,9 @@ def test_sampler_settings_on_gpu(tiny, kind, draw):
         with torch.no_grad():
             again = policy.completion_logprobs(model, bt["input_ids"], bt["attention_mask"])[0, len(p) - 1:]
         assert len(toks) and (again - torch.tensor(lps, device="cuda")).abs().max() < 0.1
+    # each row draws random numbers of its own: one prompt eight times, different replies
+    rows = other.sample([ps[0]] * 8, 40, 1.0, 0.95, [tok.eos_token_id])
+    assert len({tuple(t) for t, _, _ in rows}) >= 6
 
 
 @gpu
