@@ -104,13 +104,13 @@ def fusable(core):
             (layer.input_layernorm, layer.post_attention_layernorm))
 
 
-FUSED = None  # (qkv, out_mlp, pick_core) compiled once per process, shared by every Decoder that fuses
+FUSED = None  # (qkv, out_mlp, probs, nucleus_pick) compiled once per process, shared by every Decoder
 
 
 def fused_parts():
     global FUSED
     if FUSED is None:
-        FUSED = tuple(torch.compile(f, dynamic=True, fullgraph=True) for f in (qkv, out_mlp, pick_core))
+        FUSED = tuple(torch.compile(f, dynamic=True, fullgraph=True) for f in (qkv, out_mlp, probs, nucleus_pick))
     return FUSED
 
 
@@ -162,58 +162,58 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None):
     return core.norm(h)
 
 
-def pick(logits, temperature, top_p, nucleus="sort", core=None):
+def pick(logits, temperature, top_p, nucleus="sort", fused=None):
     """Sample one token per row. logits: (B, V) fp32 -> (tokens (B,), log-probs (B,)). The
     log-prob is under the temperature-scaled full distribution, which is what the update
     scores (top-p only narrows what may be drawn). Drawing by argmax(p / Exp(1)) is exact
     and needs no host sync, so it can live inside a CUDA graph. nucleus: how top-p is drawn,
-    "sort" (the vocabulary sorted every step) or "reject" (nucleus_draw). core: pick_core
-    compiled (--sampler=compile), or None. The random numbers are drawn here, eagerly: an
-    eager draw inside a CUDA graph advances the generator at every replay, so each step and
-    row draws anew; the compiled part is a pure function of them."""
+    "sort" (the vocabulary sorted every step) or "reject" (nucleus_draw). fused: (probs,
+    nucleus_pick) compiled (--sampler=compile), or None. The random numbers are drawn
+    eagerly, outside compiled code: an eager draw inside a CUDA graph advances the generator
+    at every replay, so each step and row draws anew."""
     if temperature <= 0:
         tok = logits.argmax(-1)
         return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
-    reject = top_p < 1.0 and nucleus == "reject" and top_p >= 0.5
-    noise = torch.rand(logits.shape[0], draws(top_p), device=logits.device) if reject else \
-        torch.empty_like(logits).exponential_()
-    return (core or pick_core)(logits, noise, temperature, top_p, reject)
-
-
-def pick_core(logits, noise, temperature: float, top_p: float, reject: bool):
-    """pick() given its random numbers: noise is (B, R) uniforms for nucleus_draw (reject),
-    else (B, V) Exp(1) draws for argmax(p / noise)."""
-    logp = torch.log_softmax(logits / temperature, -1)
-    p = logp.exp()
-    if reject:
-        tok = nucleus_draw(p, top_p, noise)
+    logp, p = (fused[0] if fused else probs)(logits, temperature)
+    if top_p < 1.0 and nucleus == "reject" and top_p >= 0.5:
+        tok = nucleus_draw(p, top_p, fused[1] if fused else nucleus_pick)
     else:
         if top_p < 1.0:
             sp, idx = p.sort(-1, descending=True)
             cut = (sp.cumsum(-1) - sp) > top_p                # the mass before it already exceeds top_p
             p = p.scatter(-1, idx, sp.masked_fill(cut, 0.0))
-        tok = (p / noise).argmax(-1)
+        tok = (p / torch.empty_like(p).exponential_()).argmax(-1)
     return tok, logp.gather(-1, tok[:, None])[:, 0]
 
 
-def draws(top_p, miss=1e-6):
-    """Draws nucleus_draw makes: R = log(miss) / log(1 - top_p) all miss the nucleus at most
-    `miss` of the time (R = 5 at top_p 0.95)."""
-    return max(1, math.ceil(math.log(miss) / math.log(1.0 - top_p)))
+def probs(logits, temperature: float):
+    """logits (B, V) -> (log-probs, probs) under logits / temperature."""
+    logp = torch.log_softmax(logits / temperature, -1)
+    return logp, logp.exp()
 
 
-def nucleus_draw(p, top_p, u):
-    """Top-p sampling without a sort: R tokens drawn from the whole distribution p (B, V) by
-    the R uniforms u (B, R), the first one inside the nucleus kept (those whose more probable
-    tokens hold at most top_p of the mass, which is the sort's rule up to ties). Rejection
-    sampling: the kept token follows p restricted to the nucleus exactly. A draw misses the
-    nucleus with probability at most 1 - top_p (draws() sets R); where all miss, the most
-    probable token is taken. Costs a cumulative sum and R reductions over the vocabulary
-    instead of a sort. -> (B,)"""
+def nucleus_draw(p, top_p, keep=None, miss=1e-6):
+    """Top-p sampling without a sort: R tokens drawn from the whole distribution p (B, V),
+    the first one inside the nucleus kept (those whose more probable tokens hold at most
+    top_p of the mass, which is the sort's rule up to ties). Rejection sampling: the kept
+    token follows p restricted to the nucleus exactly. A draw misses the nucleus with
+    probability at most 1 - top_p, so R = log(miss) / log(1 - top_p) draws all miss at most
+    `miss` of the time; then the most probable token is taken. Costs a cumulative sum and
+    R reductions over the vocabulary instead of a sort (R = 5 at top_p 0.95). The sum and
+    the draws stay eager (Inductor failed to build a scan over a 150k row of symbolic size
+    on the H100); keep: nucleus_pick, compiled or not. -> (B,)"""
+    R = max(1, math.ceil(math.log(miss) / math.log(1.0 - top_p)))
     cdf = p.cumsum(-1)                                                       # (B, V)
-    cand = torch.searchsorted(cdf, u * cdf[:, -1:]).clamp_(max=p.shape[-1] - 1)  # (B, R) drawn from p
+    u = torch.rand(p.shape[0], R, device=p.device) * cdf[:, -1:]            # (B, R)
+    cand = torch.searchsorted(cdf, u).clamp_(max=p.shape[-1] - 1)            # (B, R) drawn from p
+    return (keep or nucleus_pick)(p, cand, top_p)
+
+
+def nucleus_pick(p, cand, top_p: float):
+    """Of the R candidates cand (B, R) drawn from p (B, V), the first inside the nucleus, or
+    where none is, the most probable token -> (B,)."""
     pc = p.gather(-1, cand)                                                  # (B, R)
-    above = torch.stack([torch.where(p > pc[:, r, None], p, 0.0).sum(-1) for r in range(u.shape[1])], -1)
+    above = torch.stack([torch.where(p > pc[:, r, None], p, 0.0).sum(-1) for r in range(cand.shape[1])], -1)
     inside = above <= top_p                                                  # (B, R)
     first = cand.gather(-1, inside.float().argmax(-1, keepdim=True))[:, 0]   # argmax: the first True
     return torch.where(inside.any(-1), first, p.argmax(-1))
@@ -226,7 +226,7 @@ class Decoder:
         self.model, self.nucleus = model, nucleus
         _, self.core, self.head = decoder_parts(model)
         self.fused = fused_parts()[:2] if fuse and fusable(self.core) else None
-        self.pick_core = fused_parts()[2] if fuse else None  # the draw compiled for any decoder
+        self.fused_pick = fused_parts()[2:] if fuse else None  # the draw compiled, for any decoder
         self.dev, self.dtype = self.head.weight.device, self.head.weight.dtype
         self.B, self.L = max_batch, max_len
         self.graphs_on = graphs and self.dev.type == "cuda"
@@ -267,15 +267,15 @@ class Decoder:
         return forward(self.core, *args)
 
     def _pick(self, h, temperature, top_p):
-        """pick() on the last hidden states h (B, D), through the compiled pick_core where it
+        """pick() on the last hidden states h (B, D), through the compiled draw (probs, nucleus_pick) where it
         compiles here, else eagerly (falling back once, with a warning, as _forward does)."""
         logits = self.head(h).float()
-        if self.pick_core is not None:
+        if self.fused_pick is not None:
             try:
-                return pick(logits, temperature, top_p, self.nucleus, self.pick_core)
+                return pick(logits, temperature, top_p, self.nucleus, self.fused_pick)
             except torch._dynamo.exc.TorchDynamoException as e:
                 warnings.warn(f"--sampler=compile: torch.compile failed ({type(e).__name__}); drawing eagerly")
-                self.pick_core = None
+                self.fused_pick = None
         return pick(logits, temperature, top_p, self.nucleus)
 
     def _step(self, b, n_keys, temperature, top_p, stop, out, outlp, s):

@@ -2218,12 +2218,12 @@ def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
         torch.manual_seed(1)
         t1, l1 = sampler.pick(logits, 0.8, top_p, draw)
         torch.manual_seed(1)
-        t2, l2 = sampler.pick(logits, 0.8, top_p, draw, sampler.fused_parts()[2])
+        t2, l2 = sampler.pick(logits, 0.8, top_p, draw, sampler.fused_parts()[2:])
         assert t1.tolist() == t2.tolist() and torch.allclose(l1, l2, atol=1e-5), draw
-    fused.decoder.pick_core = broken
+    fused.decoder.fused_pick = (broken, broken)
     with pytest.warns(UserWarning, match="torch.compile failed"):
         fused.sample(ps, 4, 1.0, 0.95, [tok.eos_token_id])
-    assert fused.decoder.pick_core is None
+    assert fused.decoder.fused_pick is None
     core = sampler.decoder_parts(model)[1]
     core.layers[0].self_attn.q_norm = torch.nn.Identity()  # as a Qwen3 layer has
     try:
