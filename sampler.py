@@ -267,8 +267,9 @@ class Decoder:
         return forward(self.core, *args)
 
     def _pick(self, h, temperature, top_p):
-        """pick() on the last hidden states h (B, D), through the compiled draw (probs, nucleus_pick) where it
-        compiles here, else eagerly (falling back once, with a warning, as _forward does)."""
+        """pick() on the last hidden states h (B, D), through the compiled draw (probs and
+        nucleus_pick) where it compiles here, else eagerly (falling back once, with a warning,
+        as _forward does)."""
         logits = self.head(h).float()
         if self.fused_pick is not None:
             try:
