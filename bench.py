@@ -8,6 +8,7 @@
     python bench.py --what=sandbox             # what the sandbox costs: runs with and without it
     python bench.py --what=load --backend=cpu  # the seeds quiet, then with one core kept busy
     python bench.py --what=policy --shapes=1.5b,7b --modes=full,lora    # one GPU
+    python bench.py --what=policy --dtype bf16 --sampler=compile --top_p_draw=reject --compile_update=true  # fastest
     torchrun --nproc_per_node=2 bench.py --what=policy --shapes=7b --modes=fsdp
     python bench.py --what=step --backend=cuda --shapes=1.5b,7b --modes=full,lora  # one Stage 3 step
 
@@ -368,7 +369,8 @@ def policy_bench(cfg):
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"\npolicy: {len(msgs)} prompts x {cfg['crl_samples']} samples x {cfg['max_new_tokens']} new tokens, "
         f"gen_batch {cfg['gen_batch']}, crl_micro_batch {cfg['crl_micro_batch']}, beta {cfg['beta']}, world {world}, "
-        f"dtype {cfg['dtype']}, sampler {cfg['sampler']}, top_p_draw {cfg['top_p_draw']}")
+        f"dtype {cfg['dtype']}, sampler {cfg['sampler']}, top_p_draw {cfg['top_p_draw']}, "
+        f"compile_update {cfg['compile_update']}")
     flops_peak, bandwidth = gpu_peaks()
     batches = [int(x) for x in str(cfg["bench_gen_batches"]).split(",") if x.strip()]
     say(f"{'shape':6s} {'mode':5s} {'params':>7s} {'train':>7s} {'tok/s 1st':>9s} {'tok/s':>7s} {'limit':>7s} "
