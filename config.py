@@ -87,7 +87,7 @@ SETTINGS = {
         grad_ckpt=("auto", "gradient checkpointing: auto (above 100M parameters: on a GPU, only the layers "
                     "whose activations do not fit) | on | off"),
         compile_update=(False, "torch.compile each decoder layer and the log-prob arithmetic for training "
-                        "forwards and backwards (the first update compiles: about a minute)"),
+                        "forwards and backwards (the first update compiles: about a minute; not with --fsdp)"),
         gen_batch=(8, "sequences sampled together (one batch of the decoder)"),
         sampler=("auto", "auto: our static-cache decoder for Llama/Qwen/Mistral models, else HF generate | "
                  "compile: the same, its layers and its draw fused by torch.compile | hf"),

@@ -587,6 +587,8 @@ def prepare(model, cfg, world):
     over ranks; grpo.all_reduce_grads turns the average back into the sum the losses
     are normalised for). --compile_update compiles each decoder layer (shapes dynamic: one
     compile serves every batch) and the log-prob arithmetic (logp_of)."""
+    if cfg.get("compile_update") and cfg["fsdp"] and world > 1:  # layers compiled in place, then sharded: not run yet
+        raise ValueError("--compile_update has not been tried under --fsdp (FSDP2): drop one of them")
     if cfg.get("compile_update"):
         for layer in model.get_decoder().layers:
             layer.compile(dynamic=True)

@@ -2551,6 +2551,8 @@ def test_bf16_weights_train_through_fp32_masters(tiny, tmp_path):
 
     with pytest.raises(ValueError, match="leave --dtype auto"):  # FSDP2 keeps fp32 shards itself
         policy.prepare(model, dict(cfg, fsdp=True), 2)
+    with pytest.raises(ValueError, match="compile_update"):  # not tried under FSDP2
+        policy.prepare(model, dict(cfg, fsdp=True, compile_update=True), 2)
 
     # the bf16 head against the fp32 one on the same bf16 numbers
     h = torch.randn(2, 5, 16, dtype=torch.bfloat16, requires_grad=True)
