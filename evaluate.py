@@ -163,8 +163,10 @@ def report(verdicts):
     if spent.get("total"):  # where the workers' time went: what to speed up next
         parts = [f"{k} {spent[k]:.0f}" for k in ("compile", "run", "confirm", "kernelbench") if k in spent]
         inner = [f"{k} {spent[k]:.0f}" for k in ("load", "check", "time", "wait") if k in spent]
+        kb = [f"{k[3:]} {spent[k]:.0f}" for k in ("kb_time", "kb_wait") if k in spent]
         print("worker seconds, summed over candidates: " + ", ".join(parts) +
-              (f" (in run: {', '.join(inner)})" if inner else ""))
+              (f" (in run: {', '.join(inner)})" if inner else "") +
+              (f" (in kernelbench: {', '.join(kb)})" if kb else ""))
         out["seconds"] = spent
     if flagged:
         out["flagged"] = summarize(flagged)

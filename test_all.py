@@ -1872,6 +1872,7 @@ def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path
     assert kb[0].startswith("ok ") and kb[1] == "incorrect/mismatch" and kb[2].startswith("ok "), kb
     assert "allclose" in a["rows"][1]["kernelbench_message"]
     assert a["differ"] == {"ours rejected/input_mutated, KernelBench's ok": 1}
+    assert summary["seconds"]["kb_time"] > 0 and "kb_wait" in summary["seconds"]  # where KernelBench's time went
     [md] = glob.glob(str(tmp_path / "evaluate" / "*.audit.md"))
     table = open(md).read().splitlines()
     assert len(table) == 5 and "incorrect | mismatch | incorrect/mismatch" in table[-2], table

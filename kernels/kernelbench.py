@@ -94,7 +94,17 @@ def _time(fn, xs, cuda):
 
 def kernelbench_job(job):
     """In a worker: judge one candidate by KernelBench's convention -> dict of Verdict fields
-    (status ok with both mean times, or the failure KernelBench would report)."""
+    (status ok with both mean times, or the failure KernelBench would report), with where
+    its time went: kb_time timing with the GPU alone, kb_wait paused for others' timings or
+    waiting for the GPU (the rest of the job is building, loading and the trials)."""
+    spent = dict(kb_time=0.0, kb_wait=0.0)
+    res = _judge(job, spent)
+    spent["kb_wait"] += job["gate"].paused
+    res["seconds"] = spent
+    return res
+
+
+def _judge(job, spent):
     cuda = job["device"] == "cuda"
     dev = torch.device("cuda" if cuda else "cpu")
     gate = job["gate"]
@@ -136,13 +146,16 @@ def kernelbench_job(job):
                 why = _agree(r, n)
                 if why:
                     return Reject("incorrect", "mismatch", f"{why} ({where})").result()
+            t0 = time.perf_counter()
             gate.acquire()  # the device alone from here, as for our own timing
+            t1 = time.perf_counter()
             try:
                 where = "timing"
                 _seed(SEED)
                 xs = _to(task["get_inputs"](), dev)
                 ref_ms, new_ms = _time(ref, xs, cuda), _time(new, xs, cuda)
             finally:
+                spent.update(kb_wait=t1 - t0, kb_time=time.perf_counter() - t1)
                 gate.release()
     except Exception as e:
         return classify(e, where).result()
