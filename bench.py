@@ -370,6 +370,7 @@ def policy_bench(cfg):
     say(f"\npolicy: {len(msgs)} prompts x {cfg['crl_samples']} samples x {cfg['max_new_tokens']} new tokens, "
         f"gen_batch {cfg['gen_batch']}, crl_micro_batch {cfg['crl_micro_batch']}, beta {cfg['beta']}, world {world}, "
         f"dtype {cfg['dtype']}, sampler {cfg['sampler']}, top_p_draw {cfg['top_p_draw']}, "
+        f"decode_attention {cfg['decode_attention']}, "
         f"compile_update {cfg['compile_update']}")
     flops_peak, bandwidth = gpu_peaks()
     batches = [int(x) for x in str(cfg["bench_gen_batches"]).split(",") if x.strip()]

@@ -94,6 +94,8 @@ SETTINGS = {
         cuda_graphs=(True, "replay decode steps as CUDA graphs (GPU, sampler=auto)"),
         top_p_draw=("sort", "how our decoder draws within top_p: sort (the vocabulary, every step) | reject "
                     "(draws from the whole distribution, the first inside the nucleus kept; top_p >= 0.5)"),
+        decode_attention=("auto", "how our decoder attends in a decode step: auto (a split-KV Triton kernel on a GPU "
+                          "where it fits: bf16/fp16, head size a power of two; else SDPA) | sdpa"),
     )),
     "sft": ("Stage 1 (sft.py) and the fine-tuning Stage 2 shares", dict(
         teachers=("builtin", "comma list: builtin | file:<jsonl or folder> | hf:<path or name> | openai:<base_url>"),
@@ -184,7 +186,8 @@ def pick_language(language, device):
 
 
 CHOICES = dict(backend=("auto", "cuda", "cpu"), language=("auto",) + tuple(LANGUAGES), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
-               grad_ckpt=("auto", "on", "off"), sampler=("auto", "compile", "hf"), top_p_draw=("sort", "reject"), exemplars=("bucket", "random"),
+               grad_ckpt=("auto", "on", "off"), sampler=("auto", "compile", "hf"), top_p_draw=("sort", "reject"),
+               decode_attention=("auto", "sdpa"), exemplars=("bucket", "random"),
                baseline=("eager", "compile"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy", "step"))
 AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_runs", "tiny_dim", "tiny_layers",
                 "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",

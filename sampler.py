@@ -23,12 +23,19 @@ Other architectures (sliding-window attention, encoder-decoders, ...) fall back 
 `generate` in policy.py, as does `--sampler=hf`.
 """
 import copy
+import functools
 import math
 import warnings
 
 import torch
 import torch._dynamo
 import torch.nn.functional as F
+
+try:  # the decode attention kernel (split_kv_attention); without Triton, SDPA does that work
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
 
 KEY_BUCKET = 512   # attention length granularity: cache columns read per step, rounded up
 CHECK_EVERY = 8    # decode steps between host checks of which rows have finished
@@ -114,11 +121,127 @@ def fused_parts():
     return FUSED
 
 
-def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None):
+# Decode attention split over the keys (flash-decoding). SDPA gives each (row, kv head) pair of
+# a decode step one thread block and pads that kv head's G query heads to a 64-row tile: on
+# the H100 at batch 32 a 1.5B model's 64 blocks leave half of the 132 SMs idle, and the cache
+# is read at about a fifth of the memory bandwidth. Here each pair's keys are cut into chunks,
+# one program each (about 4 programs per SM in all), the G query heads share every key and
+# value they load, and a second kernel merges the chunks' partial softmaxes. No mask tensor:
+# row b attends to cache columns start[b]..col, read as numbers inside the kernel, so one
+# captured graph serves every step of a (batch, n_keys) bucket.
+SPLIT_BLOCK = 64   # keys per inner iteration
+
+if triton is not None:
+    @triton.jit
+    def _split_kv_part(Q, K, V, Start, Col, Acc, Mx, Sm, chunk, scale,
+                       sq_b, sq_h, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
+                       HKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, HD: tl.constexpr,
+                       HDP: tl.constexpr, BLOCK: tl.constexpr):
+        pair, part = tl.program_id(0), tl.program_id(1)          # (row, kv head), chunk of keys
+        b, h = pair // HKV, pair % HKV
+        start, col = tl.load(Start + b), tl.load(Col)
+        b = b.to(tl.int64)  # a 256-row cache of 32k columns is past 2**31 elements
+        lo = part * chunk
+        hi = tl.minimum(lo + chunk, col + 1)
+        lo = tl.maximum(lo, start // BLOCK * BLOCK)               # earlier blocks hold only left padding
+        g, d, n = tl.arange(0, GP), tl.arange(0, HDP), tl.arange(0, BLOCK)   # HDP: HD padded to a power of two
+        q = tl.load(Q + b * sq_b + (h * G + g)[:, None] * sq_h + d[None, :], mask=(g < G)[:, None] & (d < HD)[None, :],
+                    other=0.0)
+        m = tl.full([GP], float("-inf"), tl.float32)              # running max of the scores
+        s = tl.zeros([GP], tl.float32)                            # running sum of exp(score - m)
+        acc = tl.zeros([GP, HDP], tl.float32)                     # running sum of exp(score - m) * v
+        for n0 in range(lo, hi, BLOCK):
+            keys = n0 + n
+            ok = (keys >= start) & (keys < hi)
+            kv_ok = ok[:, None] & (d < HD)[None, :]
+            k = tl.load(K + b * sk_b + h * sk_h + keys[:, None] * sk_n + d[None, :], mask=kv_ok, other=0.0)
+            v = tl.load(V + b * sv_b + h * sv_h + keys[:, None] * sv_n + d[None, :], mask=kv_ok, other=0.0)
+            x = tl.where(ok[None, :], tl.dot(q, tl.trans(k)) * scale, float("-inf"))   # (GP, BLOCK)
+            m_new = tl.maximum(m, tl.max(x, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: nothing to rescale
+            p = tl.exp(x - m_use[:, None])
+            alpha = tl.exp(m - m_use)
+            s = s * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        at = (pair * tl.num_programs(1) + part) * GP + g
+        tl.store(Mx + at, m)
+        tl.store(Sm + at, s)
+        tl.store(Acc + at[:, None] * HDP + d[None, :], acc)
+
+    @triton.jit
+    def _split_kv_merge(Acc, Mx, Sm, O, splits, so_b, so_h,
+                        HKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, HD: tl.constexpr,
+                        HDP: tl.constexpr):
+        pair = tl.program_id(0)
+        b, h = pair // HKV, pair % HKV
+        g, d = tl.arange(0, GP), tl.arange(0, HDP)
+        m = tl.full([GP], float("-inf"), tl.float32)
+        s = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, HDP], tl.float32)
+        for part in range(splits):
+            at = (pair * splits + part) * GP + g
+            mp, sp = tl.load(Mx + at), tl.load(Sm + at)
+            m_new = tl.maximum(m, mp)
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a chunk with no key: weight 0
+            a, c = tl.exp(m - m_use), tl.exp(mp - m_use)
+            s = s * a + sp * c
+            acc = acc * a[:, None] + tl.load(Acc + at[:, None] * HDP + d[None, :]) * c[:, None]
+            m = m_new
+        tl.store(O + b * so_b + (h * G + g)[:, None] * so_h + d[None, :], (acc / s[:, None]).to(O.dtype.element_ty),
+                 mask=(g < G)[:, None] & (d < HD)[None, :])
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def split_kv_fits(heads, kv_heads, head_dim, dtype):
+    """True where split_kv_attention applies: a bf16 or fp16 cache (fp32 products would be
+    TF32 in tl.dot), heads of 16 to 256 dimensions, at most 16 query heads per kv head."""
+    return triton is not None and dtype in (torch.bfloat16, torch.float16) and 16 <= head_dim <= 256 and \
+        heads % kv_heads == 0 and heads // kv_heads <= 16
+
+
+def split_kv_attention(q, K, V, start, col, n_keys, scale, kernels=None, programs=None):
+    """One query per row against the cache. q: (B, H, hd); K, V: (B, Hkv, L, hd) caches; start:
+    (B,) each row's first real column; col: (1,) the column this step wrote, the last one
+    attended; n_keys: a bound on col + 1 (fixed per captured graph). kernels: (part, merge),
+    the jitted ones by default (tests pass interpreted ones); programs: how many to aim for
+    (default 4 per SM). -> (B, H, hd) in q's dtype."""
+    B, H, hd = q.shape
+    Hkv = K.shape[1]
+    G = H // Hkv
+    GP = max(16, 1 << (G - 1).bit_length())  # tl.dot wants at least 16 rows
+    HDP = 1 << (hd - 1).bit_length()
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    pairs = B * Hkv
+    if programs is None:
+        programs = 4 * sm_count(q.device)
+    blocks = -(-n_keys // SPLIT_BLOCK)
+    chunk = -(-blocks // max(1, min(blocks, -(-programs // pairs)))) * SPLIT_BLOCK
+    splits = -(-n_keys // chunk)
+    acc = torch.empty(pairs * splits * GP, HDP, dtype=torch.float32, device=q.device)
+    mx = torch.empty(pairs * splits * GP, dtype=torch.float32, device=q.device)
+    sm = torch.empty_like(mx)
+    out = torch.empty(B, H, hd, dtype=q.dtype, device=q.device)
+    part, merge = kernels or (_split_kv_part, _split_kv_merge)
+    part[(pairs, splits)](q, K, V, start, col, acc, mx, sm, chunk, scale, q.stride(0), q.stride(1),
+                          K.stride(0), K.stride(1), K.stride(2), V.stride(0), V.stride(1), V.stride(2),
+                          HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP, BLOCK=SPLIT_BLOCK)
+    merge[(pairs,)](acc, mx, sm, out, splits, out.stride(0), out.stride(1), HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP)
+    return out
+
+
+def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None, span=None):
     """The decoder over S new tokens per row, with a cache. ids, pos: (B, S); cols: (S,)
     the cache columns they are written to; mask: (B, 1, S, n_keys) bool, True = attend;
     ks, vs: per layer (B, Hkv, L, hd) cache views; fused: (qkv, out_mlp) compiled, or None
-    for the layers' own modules. -> final hidden states (B, S, D)."""
+    for the layers' own modules; span: for a decode step (S = 1), (start (B,), col (1,)) to
+    attend through split_kv_attention instead of SDPA and the mask (then None).
+    -> final hidden states (B, S, D)."""
     h = core.embed_tokens(ids)
     cos, sin = core.rotary_emb(h, pos)                       # (B, S, hd)
     cos, sin = cos[:, None], sin[:, None]
@@ -146,7 +269,9 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None):
         H, Hkv = q.shape[1], K.shape[1]
         G = H // Hkv
         scale = getattr(a, "scaling", hd ** -0.5)
-        if S == 1:  # decode: the G query heads of a kv head become G query rows (no K/V copies)
+        if S == 1 and span is not None:
+            o = split_kv_attention(q[:, :, 0], K, V, *span, n_keys, scale)
+        elif S == 1:  # decode: the G query heads of a kv head become G query rows (no K/V copies)
             o = F.scaled_dot_product_attention(q.reshape(B, Hkv, G, hd), Kk, Vk, attn_mask=mask, scale=scale)
         else:       # prefill, once per batch: repeat K/V per query head
             o = F.scaled_dot_product_attention(q, Kk.repeat_interleave(G, 1), Vk.repeat_interleave(G, 1),
@@ -198,15 +323,41 @@ def nucleus_draw(p, top_p, keep=None, miss=1e-6):
     top_p of the mass, which is the sort's rule up to ties). Rejection sampling: the kept
     token follows p restricted to the nucleus exactly. A draw misses the nucleus with
     probability at most 1 - top_p, so R = log(miss) / log(1 - top_p) draws all miss at most
-    `miss` of the time; then the most probable token is taken. Costs a cumulative sum and
-    R reductions over the vocabulary instead of a sort (R = 5 at top_p 0.95). The sum and
-    the draws stay eager (Inductor failed to build a scan over a 150k row of symbolic size
-    on the H100); keep: nucleus_pick, compiled or not. -> (B,)"""
+    `miss` of the time; then the most probable token is taken. Costs one pass over p
+    (inverse_cdf) and R reductions over the vocabulary instead of a sort (R = 5 at top_p
+    0.95). The draws stay eager (the random numbers must be drawn anew at every replay);
+    keep: nucleus_pick, compiled or not. -> (B,)"""
     R = max(1, math.ceil(math.log(miss) / math.log(1.0 - top_p)))
-    cdf = p.cumsum(-1)                                                       # (B, V)
-    u = torch.rand(p.shape[0], R, device=p.device) * cdf[:, -1:]            # (B, R)
-    cand = torch.searchsorted(cdf, u).clamp_(max=p.shape[-1] - 1)            # (B, R) drawn from p
+    x = chunked(p)                                                           # (B, n, w)
+    tot = x.sum(-1).cumsum(-1)                                               # (B, n) mass up to each chunk's end
+    u = torch.rand(p.shape[0], R, device=p.device) * tot[:, -1:]             # (B, R)
+    cand = inverse_cdf(x, tot, u).clamp_(max=p.shape[-1] - 1)                # (B, R) drawn from p
     return (keep or nucleus_pick)(p, cand, top_p)
+
+
+def chunked(p, widest=1024):
+    """p (B, V) as (B, n, w) chunks: a view where a power of two of at least 64 divides V,
+    else zero-padded to a multiple of `widest`."""
+    B, V = p.shape
+    w = min(V & -V, widest)
+    if w < 64:
+        w = widest
+        p = F.pad(p, (0, -V % w))
+    return p.view(B, -1, w)
+
+
+def inverse_cdf(x, tot, u):
+    """The indices searchsorted(p.cumsum(-1), u) gives, without a scan over the whole row
+    (torch's takes about 0.25 ms a step on an H100, one thread block per row): the chunk
+    holding each u from the chunks' running totals, then the place inside that chunk from
+    its own cumulative sum. x: (B, n, w) chunked p; tot: (B, n) its running chunk totals;
+    u: (B, R) -> (B, R) flat indices into the chunked row."""
+    w = x.shape[-1]
+    c = torch.searchsorted(tot, u).clamp_(max=x.shape[1] - 1)                # (B, R) the chunk holding u
+    before = torch.where(c > 0, tot.gather(-1, (c - 1).clamp(min=0)), 0.0)  # (B, R) mass of earlier chunks
+    inner = x.gather(1, c[:, :, None].expand(-1, -1, w)).cumsum(-1)          # (B, R, w)
+    j = torch.searchsorted(inner, (u - before)[:, :, None])[:, :, 0].clamp_(max=w - 1)
+    return c * w + j
 
 
 def nucleus_pick(p, cand, top_p: float):
@@ -222,12 +373,16 @@ def nucleus_pick(p, cand, top_p: float):
 class Decoder:
     """The static cache, the per-step buffers and the captured graphs of one model."""
 
-    def __init__(self, model, max_batch, max_len, graphs, fuse=False, nucleus="sort"):
+    def __init__(self, model, max_batch, max_len, graphs, fuse=False, nucleus="sort", attention="auto"):
         self.model, self.nucleus = model, nucleus
-        _, self.core, self.head = decoder_parts(model)
+        base, self.core, self.head = decoder_parts(model)
         self.fused = fused_parts()[:2] if fuse and fusable(self.core) else None
         self.fused_pick = fused_parts()[2:] if fuse else None  # the draw compiled, for any decoder
         self.dev, self.dtype = self.head.weight.device, self.head.weight.dtype
+        a = self.core.layers[0].self_attn
+        # decode steps through split_kv_attention: on a GPU, where the kernel fits the shapes
+        self.split_kv = attention == "auto" and self.dev.type == "cuda" and split_kv_fits(
+            base.config.num_attention_heads, base.config.num_key_value_heads, a.head_dim, self.dtype)
         self.B, self.L = max_batch, max_len
         self.graphs_on = graphs and self.dev.type == "cuda"
         self.ks = self.vs = None
@@ -252,19 +407,34 @@ class Decoder:
         self.keys = torch.arange(self.L, device=dev)
         self.out = self.outlp = self.stop = None
 
-    def _forward(self, *args):
+    def _forward(self, *args, span=None):
         """forward() through the fused layers where torch.compile works here, else the
-        modules: a compile that fails (no compiler, no Triton) falls back once, with a
-        warning. Its first call of a shape is never inside a capture (run_step runs a step
-        before it captures one)."""
-        if self.fused:
-            try:
-                return forward(self.core, *args, self.fused)
-            except torch._dynamo.exc.TorchDynamoException as e:
-                warnings.warn(f"--sampler=compile: torch.compile failed ({type(e).__name__}); "
-                              "sampling with the unfused layers")
-                self.fused = None
-        return forward(self.core, *args)
+        modules, and for a decode step (span given) through split_kv_attention where it
+        runs here, else SDPA: a compile that fails (no compiler, no Triton) falls back once,
+        with a warning. Its first call of a shape is never inside a capture (run_step runs a
+        step before it captures one), and running a step again rewrites the same cache
+        columns with the same values."""
+        if span is not None and not self.split_kv:   # SDPA needs the mask the kernel reads as numbers
+            ids, pos, cols, _, ks, vs, n_keys = args
+            keys = self.keys[:n_keys]
+            mask = ((keys >= span[0][:, None]) & (keys <= span[1]))[:, None, None]    # (b, 1, 1, n_keys)
+            args, span = (ids, pos, cols, mask, ks, vs, n_keys), None
+        try:
+            return forward(self.core, *args, self.fused, span)
+        except torch._dynamo.exc.TorchDynamoException as e:
+            if not self.fused:
+                raise
+            warnings.warn(f"--sampler=compile: torch.compile failed ({type(e).__name__}); "
+                          "sampling with the unfused layers")
+            self.fused = None
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as e:  # a Triton that cannot build or launch the kernel here
+            if span is None:
+                raise
+            warnings.warn(f"split-KV decode attention failed ({type(e).__name__}: {e}); decoding with SDPA")
+            self.split_kv = False
+        return self._forward(*args, span=span)
 
     def _pick(self, h, temperature, top_p):
         """pick() on the last hidden states h (B, D), through the compiled draw (probs and
@@ -284,10 +454,8 @@ class Decoder:
         buffer, so the same kernels can be replayed. s: (1,) the output slot."""
         col = self.col
         pos = (col - self.start[:b])[:, None]                                     # (b, 1)
-        keys = self.keys[:n_keys]
-        mask = ((keys >= self.start[:b, None]) & (keys <= col))[:, None, None]    # (b, 1, 1, n_keys)
-        h = self._forward(self.tok[:b, None], pos, col, mask, [k[:b] for k in self.ks], [v[:b] for v in self.vs],
-                          n_keys)
+        h = self._forward(self.tok[:b, None], pos, col, None, [k[:b] for k in self.ks], [v[:b] for v in self.vs],
+                          n_keys, span=(self.start[:b], col))
         tok, lp = self._pick(h[:, -1], temperature, top_p)
         self.tok[:b].copy_(tok)
         out[:b].index_copy_(1, s, tok[:, None])
@@ -430,7 +598,8 @@ class Sampler:
         self.model = whole_copy(model, torch.bfloat16 if gpu else p.dtype) if needs_copy else model
         self.fast = cfg["sampler"] in ("auto", "compile") and supported(self.model)
         self.decoder = Decoder(self.model, cfg["gen_batch"], cfg["max_len"], cfg["cuda_graphs"],
-                               cfg["sampler"] == "compile", cfg["top_p_draw"]) if self.fast else None
+                               cfg["sampler"] == "compile", cfg["top_p_draw"], cfg["decode_attention"]) \
+            if self.fast else None
 
     def refresh(self):
         """Copy the training weights into the sampling copy (in place: captured graphs stay valid)."""

@@ -2252,9 +2252,64 @@ def test_top_p_drawn_without_a_sort_follows_the_nucleus_distribution():
     sd = (want * (1 - want) / n).sqrt()
     assert ((freq - want).abs() <= 5 * sd + 1e-12).all(), (freq - want).abs().max()
     assert torch.allclose(lp, torch.log_softmax(logits, -1)[tok])
+    for V in (40, 1000, 151936):  # the chunked inverse CDF finds what a search of the whole cumsum finds
+        q = torch.softmax(torch.randn(6, V) * 3, -1)
+        x = sampler.chunked(q)
+        tot = x.sum(-1).cumsum(-1)
+        u = torch.rand(6, 50) * tot[:, -1:]
+        assert torch.equal(sampler.inverse_cdf(x, tot, u).clamp(max=V - 1),
+                           torch.searchsorted(q.cumsum(-1), u).clamp(max=V - 1))
     one = torch.full((2, 40), -30.0)
     one[:, 7] = 10.0  # a single token holds the nucleus: always it
     assert sampler.pick(one, 1.0, 0.95, nucleus="reject")[0].tolist() == [7, 7]
+
+
+def split_kv_cases(dtype, dev, shapes):
+    """(kernel output, SDPA over the masked cache in fp32) for rows of one decode step: left
+    padding of every kind (none, mid-chunk, a row whose first column is the current one), G
+    query heads per kv head, cache views that are a slice of a larger batch."""
+    import torch.nn.functional as F
+    out = []
+    for B, H, Hkv, hd, L, col, programs in shapes:
+        g = torch.Generator().manual_seed(B * 1000 + col)
+        q = torch.randn(B, H, hd, generator=g).to(dtype).to(dev)
+        K, V = (torch.randn(B + 1, Hkv, L, hd, generator=g).to(dtype).to(dev)[:B] for _ in range(2))
+        start = torch.tensor([(0, 37, col, 200, 5, 130)[i % 6] for i in range(B)], device=dev).clamp(max=col)
+        n_keys = min(L, -(-(col + 1) // 64) * 64)
+        o = sampler.split_kv_attention(q, K, V, start, torch.tensor([col], device=dev), n_keys, hd ** -0.5,
+                                       programs=programs)
+        keys = torch.arange(n_keys, device=dev)
+        mask = ((keys >= start[:, None]) & (keys <= col))[:, None, None]
+        ref = F.scaled_dot_product_attention(q.float().reshape(B, Hkv, H // Hkv, hd), K[:, :, :n_keys].float(),
+                                             V[:, :, :n_keys].float(), attn_mask=mask, scale=hd ** -0.5)
+        out.append((o, ref.reshape(B, H, hd)))
+    return out
+
+
+SPLIT_KV_SHAPES = [(3, 6, 2, 32, 320, 250, 16), (2, 7, 1, 16, 128, 127, 64), (4, 4, 4, 48, 192, 70, 1),
+                   (6, 5, 1, 64, 512, 300, 4), (2, 3, 3, 80, 256, 200, 8)]
+
+
+@pytest.mark.skipif(sampler.triton is None, reason="no Triton")
+def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
+    """The decode attention kernel, run by Triton's interpreter on the CPU (a fresh process:
+    the interpreter is chosen when Triton is imported): SDPA's output over the masked cache,
+    with one chunk of keys per row and several, G = 1 to 7 query heads per kv head, head sizes
+    that are powers of two and not. fp16
+    (the interpreter's bf16 products are wrong; the GPU test covers bf16)."""
+    code = ("import torch, test_all\n"
+            "err = max((o.float() - r).abs().max().item() for o, r in "
+            "test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES))\n"
+            "print('max error', err)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert float(r.stdout.split("max error")[-1]) < 2e-3, r.stdout
+    cfg = config.parse([])
+    assert sampler.split_kv_fits(12, 2, 128, torch.bfloat16) and sampler.split_kv_fits(28, 4, 128, torch.float16)
+    assert sampler.split_kv_fits(4, 4, 48, torch.bfloat16) and not sampler.split_kv_fits(12, 2, 128, torch.float32)
+    assert not sampler.split_kv_fits(34, 2, 128, torch.bfloat16) and not sampler.split_kv_fits(8, 8, 512, torch.bfloat16)
+    assert cfg["decode_attention"] == "auto"
 
 
 def test_auto_checkpointing_recomputes_only_the_layers_that_do_not_fit(tiny, monkeypatch):
@@ -3212,6 +3267,45 @@ def test_sampler_settings_on_gpu(tiny, kind, draw):
     # each row draws random numbers of its own: one prompt eight times, different replies
     rows = other.sample([ps[0]] * 8, 40, 1.0, 0.95, [tok.eos_token_id])
     assert len({tuple(t) for t, _, _ in rows}) >= 6
+
+
+@gpu
+@needs_cuda
+def test_split_kv_attention_on_gpu(tiny):
+    """The decode attention kernel on CUDA in bf16 and fp16, at Qwen2 1.5B and 7B head shapes
+    too, against SDPA over the masked cache in fp32; replayed as a CUDA graph while the column
+    advances, as the sampler replays it; and a sampler using it draws the greedy tokens a
+    plain recomputation ranks best (within bf16 rounding), as the SDPA path does."""
+    shapes = SPLIT_KV_SHAPES + [(32, 12, 2, 128, 2048, 1300, None), (5, 28, 4, 128, 1024, 1023, None),
+                                (256, 12, 2, 128, 1536, 700, None)]
+    for dtype in (torch.bfloat16, torch.float16):
+        for o, r in split_kv_cases(dtype, "cuda", shapes):
+            assert (o.float() - r).abs().max() < 2e-2, dtype
+    B, H, Hkv, hd, L = 8, 12, 2, 128, 1024
+    q = torch.randn(B, H, hd, device="cuda", dtype=torch.bfloat16)
+    K, V = (torch.randn(B, Hkv, L, hd, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    start, col = torch.tensor([0, 3, 9, 100, 0, 50, 7, 1], device="cuda"), torch.tensor([200], device="cuda")
+    run = lambda: sampler.split_kv_attention(q, K, V, start, col, 512, hd ** -0.5)
+    run()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = run()
+    for c in (200, 333, 511):
+        col.fill_(c)
+        g.replay()
+        assert torch.equal(out, run())
+    cfg, _, tok = tiny
+    cfg = dict(cfg, device="cuda", gen_batch=8, max_len=256)
+    model = lively(cfg, tok, std=0.1).cuda()
+    ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 9)]
+    smp = sampler.Sampler(model, cfg)
+    assert smp.decoder.split_kv and not sampler.Sampler(model, dict(cfg, decode_attention="sdpa")).decoder.split_kv
+    for p, (toks, _, _) in zip(ps, smp.sample(ps, 30, 0.0, 1.0, [tok.eos_token_id])):
+        with torch.no_grad(), policy.autocast(model):
+            logits = model(torch.tensor([p + toks], device="cuda")).logits[0, len(p) - 1:-1].float()
+        best, got = logits.max(-1).values, logits.gather(-1, torch.tensor(toks, device="cuda")[:, None])[:, 0]
+        assert 0 < len(toks) <= 30 and (best - got).max() < 0.1
+    assert smp.decoder.split_kv and smp.decoder.graphs
 
 
 @gpu
