@@ -17,7 +17,8 @@ top-p) happens inside the graph. Rows share one cache column per step (prompts a
 padded), so a step writes one column for every row. Finished rows stop costing compute:
 when at most half of a bucket is still live, the live rows move to the front of the cache
 and decoding continues at the next smaller bucket. Attention reads only the cache columns
-written so far, rounded up to a multiple of `KEY_BUCKET`.
+written so far, rounded up to a multiple of `KEY_BUCKET`; on a GPU a decode step attends
+through split_kv_attention, a Triton kernel of our own (SDPA with --decode_attention=sdpa).
 
 Other architectures (sliding-window attention, encoder-decoders, ...) fall back to
 `generate` in policy.py, as does `--sampler=hf`.
