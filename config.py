@@ -95,7 +95,7 @@ SETTINGS = {
         top_p_draw=("sort", "how our decoder draws within top_p: sort (the vocabulary, every step) | reject "
                     "(draws from the whole distribution, the first inside the nucleus kept; top_p >= 0.5)"),
         decode_attention=("auto", "how our decoder attends in a decode step: auto (a split-KV Triton kernel on a GPU "
-                          "where it fits: bf16/fp16, head size a power of two; else SDPA) | sdpa"),
+                          "where it fits: a bf16/fp16 cache, heads of 16-256 dimensions; else SDPA) | sdpa"),
     )),
     "sft": ("Stage 1 (sft.py) and the fine-tuning Stage 2 shares", dict(
         teachers=("builtin", "comma list: builtin | file:<jsonl or folder> | hf:<path or name> | openai:<base_url>"),
