@@ -205,12 +205,11 @@ def split_kv_fits(heads, kv_heads, head_dim, dtype):
         heads % kv_heads == 0 and heads // kv_heads <= 16
 
 
-def split_kv_attention(q, K, V, start, col, n_keys, scale, kernels=None, programs=None):
+def split_kv_attention(q, K, V, start, col, n_keys, scale, programs=None):
     """One query per row against the cache. q: (B, H, hd); K, V: (B, Hkv, L, hd) caches; start:
     (B,) each row's first real column; col: (1,) the column this step wrote, the last one
-    attended; n_keys: a bound on col + 1 (fixed per captured graph). kernels: (part, merge),
-    the jitted ones by default (tests pass interpreted ones); programs: how many to aim for
-    (default 4 per SM). -> (B, H, hd) in q's dtype."""
+    attended; n_keys: a bound on col + 1 (fixed per captured graph); programs: how many to
+    aim for (default 4 per SM). -> (B, H, hd) in q's dtype."""
     B, H, hd = q.shape
     Hkv = K.shape[1]
     G = H // Hkv
@@ -228,11 +227,11 @@ def split_kv_attention(q, K, V, start, col, n_keys, scale, kernels=None, program
     mx = torch.empty(pairs * splits * GP, dtype=torch.float32, device=q.device)
     sm = torch.empty_like(mx)
     out = torch.empty(B, H, hd, dtype=q.dtype, device=q.device)
-    part, merge = kernels or (_split_kv_part, _split_kv_merge)
-    part[(pairs, splits)](q, K, V, start, col, acc, mx, sm, chunk, scale, q.stride(0), q.stride(1),
-                          K.stride(0), K.stride(1), K.stride(2), V.stride(0), V.stride(1), V.stride(2),
-                          HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP, BLOCK=SPLIT_BLOCK)
-    merge[(pairs,)](acc, mx, sm, out, splits, out.stride(0), out.stride(1), HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP)
+    _split_kv_part[(pairs, splits)](q, K, V, start, col, acc, mx, sm, chunk, scale, q.stride(0), q.stride(1),
+                                    K.stride(0), K.stride(1), K.stride(2), V.stride(0), V.stride(1), V.stride(2),
+                                    HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP, BLOCK=SPLIT_BLOCK)
+    _split_kv_merge[(pairs,)](acc, mx, sm, out, splits, out.stride(0), out.stride(1),
+                              HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP)
     return out
 
 
