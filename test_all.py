@@ -2286,6 +2286,23 @@ def split_kv_cases(dtype, dev, shapes):
     return out
 
 
+def test_split_kv_attention_that_cannot_run_falls_back_to_sdpa(tiny):
+    """A decoder told to attend through the split-KV kernel where it cannot run (here: CPU
+    tensors, which a compiled Triton kernel refuses) warns once, goes on with SDPA and the
+    mask, and samples what the SDPA decoder samples."""
+    cfg, _, tok = tiny
+    cfg = dict(cfg, gen_batch=8, max_len=256)
+    model = lively(cfg, tok)
+    ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 9)]
+    plain, forced = sampler.Sampler(model, cfg), sampler.Sampler(model, cfg)
+    assert not plain.decoder.split_kv  # a CPU model: never by default
+    forced.decoder.split_kv = True
+    with pytest.warns(UserWarning, match="split-KV decode attention failed"):
+        b = forced.sample(ps, 12, 0.0, 1.0, [tok.eos_token_id])
+    assert not forced.decoder.split_kv
+    assert [r[0] for r in b] == [r[0] for r in plain.sample(ps, 12, 0.0, 1.0, [tok.eos_token_id])]
+
+
 SPLIT_KV_SHAPES = [(3, 6, 2, 32, 320, 250, 16), (2, 7, 1, 16, 128, 127, 64), (4, 4, 4, 48, 192, 70, 1),
                    (6, 5, 1, 64, 512, 300, 4), (2, 3, 3, 80, 256, 200, 8)]
 
