@@ -2286,6 +2286,32 @@ def split_kv_cases(dtype, dev, shapes):
     return out
 
 
+SPLIT_KV_SHAPES = [(3, 6, 2, 32, 320, 250, 16), (2, 7, 1, 16, 128, 127, 64), (4, 4, 4, 48, 192, 70, 1),
+                   (6, 5, 1, 64, 512, 300, 4), (2, 3, 3, 80, 256, 200, 8)]
+
+
+@pytest.mark.skipif(sampler.triton is None, reason="no Triton")
+def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
+    """The decode attention kernel, run by Triton's interpreter on the CPU (a fresh process:
+    the interpreter is chosen when Triton is imported): SDPA's output over the masked cache,
+    with one chunk of keys per row and several, G = 1 to 7 query heads per kv head, head sizes
+    that are powers of two and not. In fp16: the interpreter's bf16 products are wrong (the
+    GPU test covers bf16)."""
+    code = ("import torch, test_all\n"
+            "err = max((o.float() - r).abs().max().item() for o, r in "
+            "test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES))\n"
+            "print('max error', err)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert float(r.stdout.split("max error")[-1]) < 2e-3, r.stdout
+    cfg = config.parse([])
+    assert sampler.split_kv_fits(12, 2, 128, torch.bfloat16) and sampler.split_kv_fits(28, 4, 128, torch.float16)
+    assert sampler.split_kv_fits(4, 4, 48, torch.bfloat16) and not sampler.split_kv_fits(12, 2, 128, torch.float32)
+    assert not sampler.split_kv_fits(34, 2, 128, torch.bfloat16) and not sampler.split_kv_fits(8, 8, 512, torch.bfloat16)
+    assert cfg["decode_attention"] == "auto"
+
+
 def test_split_kv_attention_that_cannot_run_falls_back_to_sdpa(tiny):
     """A decoder told to attend through the split-KV kernel where it cannot run (here: CPU
     tensors, which a compiled Triton kernel refuses) warns once, goes on with SDPA and the
@@ -2301,32 +2327,6 @@ def test_split_kv_attention_that_cannot_run_falls_back_to_sdpa(tiny):
         b = forced.sample(ps, 12, 0.0, 1.0, [tok.eos_token_id])
     assert not forced.decoder.split_kv
     assert [r[0] for r in b] == [r[0] for r in plain.sample(ps, 12, 0.0, 1.0, [tok.eos_token_id])]
-
-
-SPLIT_KV_SHAPES = [(3, 6, 2, 32, 320, 250, 16), (2, 7, 1, 16, 128, 127, 64), (4, 4, 4, 48, 192, 70, 1),
-                   (6, 5, 1, 64, 512, 300, 4), (2, 3, 3, 80, 256, 200, 8)]
-
-
-@pytest.mark.skipif(sampler.triton is None, reason="no Triton")
-def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
-    """The decode attention kernel, run by Triton's interpreter on the CPU (a fresh process:
-    the interpreter is chosen when Triton is imported): SDPA's output over the masked cache,
-    with one chunk of keys per row and several, G = 1 to 7 query heads per kv head, head sizes
-    that are powers of two and not. fp16
-    (the interpreter's bf16 products are wrong; the GPU test covers bf16)."""
-    code = ("import torch, test_all\n"
-            "err = max((o.float() - r).abs().max().item() for o, r in "
-            "test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES))\n"
-            "print('max error', err)\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, TRITON_INTERPRET="1"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert float(r.stdout.split("max error")[-1]) < 2e-3, r.stdout
-    cfg = config.parse([])
-    assert sampler.split_kv_fits(12, 2, 128, torch.bfloat16) and sampler.split_kv_fits(28, 4, 128, torch.float16)
-    assert sampler.split_kv_fits(4, 4, 48, torch.bfloat16) and not sampler.split_kv_fits(12, 2, 128, torch.float32)
-    assert not sampler.split_kv_fits(34, 2, 128, torch.bfloat16) and not sampler.split_kv_fits(8, 8, 512, torch.bfloat16)
-    assert cfg["decode_attention"] == "auto"
 
 
 def test_auto_checkpointing_recomputes_only_the_layers_that_do_not_fit(tiny, monkeypatch):
