@@ -336,9 +336,11 @@ def nucleus_draw(p, top_p, keep=None, miss=1e-6):
 
 
 def chunked(p, widest=1024):
-    """p (B, V) as (B, n, w) chunks: a view where a power of two of at least 64 divides V,
-    else zero-padded to a multiple of `widest`."""
+    """p (B, V) as (B, n, w) chunks: one chunk where V is at most `widest`; a view where a
+    power of two of at least 64 divides V; else zero-padded to a multiple of `widest`."""
     B, V = p.shape
+    if V <= widest:
+        return p.view(B, 1, V)
     w = min(V & -V, widest)
     if w < 64:
         w = widest

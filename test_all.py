@@ -2252,13 +2252,16 @@ def test_top_p_drawn_without_a_sort_follows_the_nucleus_distribution():
     sd = (want * (1 - want) / n).sqrt()
     assert ((freq - want).abs() <= 5 * sd + 1e-12).all(), (freq - want).abs().max()
     assert torch.allclose(lp, torch.log_softmax(logits, -1)[tok])
-    for V in (40, 1000, 151936):  # the chunked inverse CDF finds what a search of the whole cumsum finds
+    for V in (40, 1000, 5000, 151936):  # the chunked inverse CDF: the token whose CDF step holds u
         q = torch.softmax(torch.randn(6, V) * 3, -1)
         x = sampler.chunked(q)
         tot = x.sum(-1).cumsum(-1)
-        u = torch.rand(6, 50) * tot[:, -1:]
-        assert torch.equal(sampler.inverse_cdf(x, tot, u).clamp(max=V - 1),
-                           torch.searchsorted(q.cumsum(-1), u).clamp(max=V - 1))
+        u = torch.rand(6, 200) * tot[:, -1:]
+        j = sampler.inverse_cdf(x, tot, u).clamp(max=V - 1)
+        cdf = q.double().cumsum(-1)
+        below = torch.where(j > 0, cdf.gather(-1, (j - 1).clamp(min=0)), 0.0)
+        assert ((below <= u + 1e-5) & (u <= cdf.gather(-1, j) + 1e-5)).all(), V  # up to fp32 rounding of the sums
+        assert (j == torch.searchsorted(q.cumsum(-1), u).clamp(max=V - 1)).float().mean() > 0.98, V
     one = torch.full((2, 40), -30.0)
     one[:, 7] = 10.0  # a single token holds the nucleus: always it
     assert sampler.pick(one, 1.0, 0.95, nucleus="reject")[0].tolist() == [7, 7]
