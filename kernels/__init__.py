@@ -25,5 +25,5 @@ torch.utils.cpp_extension.load_inline solutions (KernelBench's format) work unch
 # The package's public names. Candidates call the build API (builds.py); scripts use the
 # Evaluator (evaluator.py) and its vocabulary (verdicts.py).
 from .builds import KERNEL_CALLS, BuildError, cache_root, load_cpp, load_cuda, parse_exports  # noqa: F401
-from .evaluator import Evaluator, pick_backend  # noqa: F401
+from .evaluator import Evaluator, pick_backend, target  # noqa: F401
 from .verdicts import Reject, Verdict, median, trim_log, unusable  # noqa: F401

@@ -32,6 +32,16 @@ def pick_backend(name):
     return "cuda" if torch.cuda.is_available() and shutil.which("nvcc") else "cpu"
 
 
+def target(cfg):
+    """-> (device, language): the device candidates run on and the language they are written
+    in (config.LANGUAGES). --backend picks the device, --language the language; either alone
+    implies the other."""
+    by_language = cfg["backend"] == "auto" and cfg["language"] != "auto"
+    devices = config.LANGUAGES[cfg["language"]] if by_language else ()
+    device = pick_backend(devices[0] if len(devices) == 1 else cfg["backend"])
+    return device, config.pick_language(cfg["language"], device)
+
+
 def _tail(path, n=3000):
     try:
         with open(path, "rb") as f:
@@ -53,12 +63,7 @@ class Evaluator:
     def __init__(self, cfg=None, **overrides):
         import multiprocessing as mp
         self.cfg = {**config.DEFAULTS, **(cfg or {}), **overrides}
-        # the device candidates run on, and the language they are written in (config.LANGUAGES):
-        # --backend picks the device, --language the language; either alone implies the other
-        by_language = self.cfg["backend"] == "auto" and self.cfg["language"] != "auto"
-        devices = config.LANGUAGES[self.cfg["language"]] if by_language else ()
-        self.device = pick_backend(devices[0] if len(devices) == 1 else self.cfg["backend"])
-        self.language = config.pick_language(self.cfg["language"], self.device)
+        self.device, self.language = target(self.cfg)
         self.cache = cache_root(self.cfg)
         os.makedirs(self.cache, exist_ok=True)
         self.tmp = tempfile.mkdtemp(prefix="kernels-")
