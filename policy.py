@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import common
+import kernels
 import prompts
 import sampler
 import taskset
@@ -38,15 +39,18 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
 # ----------------------------------------------------------------------------------------
 # The tiny built-in model
 
-def tiny_corpus():
-    """The project's own text: tasks, seed solutions (as responses), rendered prompts."""
+def tiny_corpus(language=None):
+    """The project's own text: tasks, and the prompts and seed solutions (as responses) of
+    one kernel language (None: all of them). One language's, since the vocabulary is capped:
+    trained on all three, the merges ran out before the CUDA seeds' lines became tokens,
+    replies took 1.8x the tokens and the tiny model no longer learnt Stage 1's data."""
     texts = []
     for path in sorted(glob.glob(os.path.join(taskset.BUILTIN_TASKS, "*.py"))):
         code = open(path).read()
         texts.append(code)
-        for language in prompts.FORMAT:
-            texts += [m["content"] for m in prompts.task_prompt(code, language)]
-    for path in sorted(glob.glob(os.path.join(taskset.BUILTIN_TASKS, "seeds", "*", "*", "*.py"))):
+        for lang in [language] if language else prompts.FORMAT:
+            texts += [m["content"] for m in prompts.task_prompt(code, lang)]
+    for path in sorted(glob.glob(os.path.join(taskset.BUILTIN_TASKS, "seeds", language or "*", "*", "*.py"))):
         texts.append(prompts.completion(open(path).read()))
     return texts
 
@@ -198,11 +202,11 @@ def load(cfg, path=None, train=False):
     else:
         dtype = dict(bf16=torch.bfloat16, fp32=torch.float32)[cfg["dtype"]]
     adapter = adapter_base(path) if path and not path.startswith("random:") else None
+    if not path or path.startswith("random:"):  # the tokenizer of the language the run writes
+        tok = build_tokenizer(tiny_corpus(kernels.target(cfg)[1]), cfg["tiny_vocab"])
     if not path:
-        tok = build_tokenizer(tiny_corpus(), cfg["tiny_vocab"])
         model = build_tiny(cfg, tok).to(dtype)
     elif path.startswith("random:"):
-        tok = build_tokenizer(tiny_corpus(), cfg["tiny_vocab"])
         model = build_random(path[len("random:"):], cfg, tok, dtype, dev)
     else:
         check_model_path(path)
