@@ -241,6 +241,8 @@ def load(cfg, path=None, train=False):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
         # auto on a GPU: per batch, only as many layers as memory needs (fit_checkpointing)
         model.ckpt_auto = cfg["grad_ckpt"] == "auto" and dev.type == "cuda"
+    if not train:  # inference: no gradients (the sampler packs such a model's weights in place)
+        model.requires_grad_(False)
     return model, tok
 
 

@@ -2250,6 +2250,39 @@ def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
         del core.layers[0].self_attn.q_norm
 
 
+def test_packed_weights_sample_what_the_modules_do(tiny):
+    """--sampler=compile packs each layer's q, k, v (with biases, as Qwen2 has them) and gate,
+    up weights into one tensor each (pack()): an inference model packed in place gives the
+    plain decoder's greedy replies and log-probs; its parameters are views of the packed
+    tensors, so a refresh's in-place copy reaches them; a model that trains is not packed."""
+    cfg, _, tok = tiny
+    cfg = dict(cfg, gen_batch=8, max_len=256)
+    model = lively(cfg, tok)
+    model.config.attention_bias = True  # Llama's: o_proj has one too
+    for layer in model.model.layers:
+        for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj):
+            proj.bias = torch.nn.Parameter(torch.randn(proj.weight.shape[0]) * 0.3)
+    frozen = sampler.whole_copy(model, torch.float32)
+    ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 9)]
+    plain, packed = sampler.Sampler(model, cfg), sampler.Sampler(frozen, dict(cfg, sampler="compile"))
+    a = plain.sample(ps, 20, 0.0, 1.0, [tok.eos_token_id])
+    b = packed.sample(ps, 20, 0.0, 1.0, [tok.eos_token_id])
+    assert packed.model is frozen and len(set(tuple(r[0]) for r in a)) > 1  # rows differ
+    assert [r[0] for r in a] == [r[0] for r in b]
+    assert max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p[1], q[1])) < 1e-4
+    att, mlp = frozen.model.layers[0].self_attn, frozen.model.layers[0].mlp
+    (w, bias), n_q = att.packed, att.q_proj.weight.shape[0]
+    with torch.no_grad():
+        att.k_proj.weight.add_(1.0)
+        att.v_proj.bias.add_(1.0)
+        mlp.up_proj.weight.add_(1.0)
+    assert torch.equal(w[n_q:n_q + att.k_proj.weight.shape[0]], att.k_proj.weight)
+    assert torch.equal(bias[-att.v_proj.bias.shape[0]:], att.v_proj.bias)
+    assert torch.equal(mlp.packed[mlp.gate_proj.weight.shape[0]:], mlp.up_proj.weight)
+    trained = sampler.Sampler(model, dict(cfg, sampler="compile"))
+    assert trained.model is model and not hasattr(model.model.layers[0].self_attn, "packed")
+
+
 def test_top_p_drawn_without_a_sort_follows_the_nucleus_distribution():
     """--top_p_draw=reject: draws from the whole distribution, the first inside the nucleus
     kept, give exactly the sort's distribution (p restricted to the nucleus, renormalised):
