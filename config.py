@@ -213,20 +213,22 @@ PRESETS = {
     "small": dict(attempts=8, keep=3, sft_exemplars=2, st_rounds=2, crl_steps=20, crl_lr=2e-4, beta=0.04,
                   gen_batch=24, max_new_tokens=256, run_timeout=60.0, compile_timeout=120.0),
     # A real coder model on one GPU, where you have its weights (local path or hub cache).
-    # Sampling through the compiled decoder and the sort-free top-p draw: 1.46x at batch 32,
-    # 1.8x at 256 for this shape on an H100 (random weights; results/LOG.md, fourteenth session).
+    # The settings measured fastest for this shape on an H100 (random weights, results/LOG.md):
+    # the compiled decoder and the sort-free top-p draw (11,296 tok/s at batch 32, 43,825 at
+    # 256), bf16 weights with fp32 masters and compiled layers in training (a Stage 3 update
+    # at 37.6% MFU, 8 sequences a micro-batch).
     "qwen1.5b": dict(model="Qwen/Qwen2.5-Coder-1.5B-Instruct", lr=1e-5, weight_decay=0.01, epochs=2,
                      batch_size=2, grad_accum=8, warmup=10, max_len=6144, max_new_tokens=3072,
-                     temperature=0.8, sampler="compile", top_p_draw="reject"),
+                     temperature=0.8, sampler="compile", top_p_draw="reject", dtype="bf16", compile_update=True),
     # A 7B coder model on one 80 GB GPU, every stage training LoRA adapters (rank 64) on the
     # frozen bf16 base. Measured with random weights in this shape on an H100 (bench.py
-    # --what=policy): sampling 35 GB, a Stage 3 update 40 GB at peak (both with the bf16
-    # sampling copy, adapters merged), every layer recomputed (--grad_ckpt on; auto now keeps
-    # the activations that fit: not measured at 7B).
+    # --what=policy, 1,024-token replies): sampling 35 GB at batch 32 (73.5 GB at 256), a
+    # Stage 3 update 43.7 GB at peak with compiled layers (38.5% MFU), both with the packed
+    # bf16 sampling copy, adapters merged.
     "qwen7b-lora": dict(model="Qwen/Qwen2.5-Coder-7B-Instruct", lora_rank=64, lr=1e-4, st_lr=1e-4, crl_lr=2e-5,
                         weight_decay=0.0, epochs=2, batch_size=2, grad_accum=8, warmup=10, max_len=6144,
                         max_new_tokens=3072, temperature=0.8, gen_batch=32, crl_micro_batch=4, beta=0.04,
-                        sampler="compile", top_p_draw="reject"),
+                        sampler="compile", top_p_draw="reject", compile_update=True),
     # Full fine-tuning of a 7B model in every stage, sharded with FSDP2 over torchrun's GPUs
     # (torchrun --nproc_per_node=N <stage>.py --config qwen7b-fsdp). Measured with random
     # weights in this shape on 2 H200s: a Stage 3 update 105 GB at peak per GPU, every layer
