@@ -19,9 +19,7 @@ when at most half of a bucket is still live, the live rows move to the front of 
 and decoding continues at the next smaller bucket. Attention reads only the cache columns
 written so far, rounded up to a multiple of `KEY_BUCKET`; on a GPU a decode step attends
 through split_kv_attention, a Triton kernel of our own (SDPA with --decode_attention=sdpa).
-
-Other architectures (sliding-window attention, encoder-decoders, ...) fall back to
-`generate` in policy.py, as does `--sampler=hf`.
+Other architectures (sliding-window attention, ...) fall back to `generate` (policy.py).
 """
 import copy
 import functools
@@ -81,11 +79,10 @@ def rms(x, w, eps):
 
 
 def qkv(h, ln_w, eps, ws, bs, sizes, cos, sin, hd):
-    """A layer's attention inputs: norm, projections, rotary. h: (B, S, D); ws, bs: the q, k
-    and v weights and biases, or one packed weight (pack()) and its bias; sizes: the widths
-    of q, k and v; cos, sin: (B, 1, S, hd) -> q (B, H, S, hd), k, v (B, Hkv, S, hd). Weights
-    come as tensors, not modules, so one torch.compile of it serves every layer
-    (--sampler=compile)."""
+    """A layer's attention inputs: norm, projections, rotary. h: (B, S, D); ws, bs: the q, k, v
+    weights and biases, or one packed weight (pack()) and bias; sizes: q, k, v's widths; cos,
+    sin: (B, 1, S, hd) -> q (B, H, S, hd), k, v (B, Hkv, S, hd). Weights come as tensors, not
+    modules, so one torch.compile of it serves every layer (--sampler=compile)."""
     B, S, _ = h.shape
     x = rms(h, ln_w, eps)
     y = [F.linear(x, w, b) for w, b in zip(ws, bs)]
@@ -105,29 +102,24 @@ def out_mlp(h, o, wo, bo, ln_w, eps, wgu, wd):
 
 
 def pack(core):
-    """Make each layer's q, k and v weights (and biases) views of one tensor, and its gate and
-    up weights views of another, so a decode step runs one GEMM for each group, not five
-    (--sampler=compile). At 32 rows the gate and up products each filled 70 of an H100's 132
-    SMs. Only for a model nothing saves (Sampler's own copy): shared storage does not
-    survive a checkpoint. Sets layer.self_attn.packed and layer.mlp.packed."""
-    def join(mods, bias):
-        w = torch.cat([m.weight.detach() for m in mods])
-        b = torch.cat([m.bias.detach() for m in mods]) if bias else None
-        at = 0
-        for m in mods:
-            n = m.weight.shape[0]
-            m.weight.data = w[at:at + n]
-            if bias:
-                m.bias.data = b[at:at + n]
-            at += n
-        return w, b
+    """Make each layer's q, k, v weights (and biases) views of one tensor, and its gate and up
+    weights views of another: one GEMM for each group, not five, in a decode step
+    (--sampler=compile; at 32 rows the gate and up products each filled 70 of an H100's 132
+    SMs). Only for a model nothing saves (Sampler's own copy): shared storage does not survive
+    a checkpoint. Sets layer.self_attn.packed (weight, bias) and layer.mlp.packed."""
+    def join(tensors):  # -> one tensor, each of `tensors` now a view of it
+        whole, at = torch.cat([t.detach() for t in tensors]), 0
+        for t in tensors:
+            t.data = whole[at:at + len(t)]
+            at += len(t)
+        return whole
     for layer in core.layers:
         a, m = layer.self_attn, layer.mlp
-        qkv_mods = (a.q_proj, a.k_proj, a.v_proj)
-        with_bias = [x.bias is not None for x in qkv_mods]
-        if all(with_bias) or not any(with_bias):
-            a.packed = join(qkv_mods, all(with_bias))
-        m.packed = join((m.gate_proj, m.up_proj), False)[0]
+        mods = (a.q_proj, a.k_proj, a.v_proj)
+        biases = [x.bias for x in mods if x.bias is not None]
+        if len(biases) in (0, 3):
+            a.packed = join([x.weight for x in mods]), join(biases) if biases else None
+        m.packed = join([m.gate_proj.weight, m.up_proj.weight])
 
 
 def projections(a):
@@ -635,7 +627,6 @@ class Sampler:
         p = next(model.parameters())
         gpu = p.device.type == "cuda"
         sharded = hasattr(p, "full_tensor")
-        # --sampler=compile packs the weights (pack()): a model that trains gets a copy to pack
         fuse = cfg["sampler"] == "compile"
         trains = any(q.requires_grad for q in model.parameters())
         needs_copy = sharded or gpu and (p.dtype == torch.float32 or hasattr(model, "peft_config") or fuse and trains)
