@@ -520,6 +520,8 @@ def step_bench(cfg):
                         out.append(float(torch.rand(1, generator=gen)) if v is None else v.speedup if v.ok else 0.0)
                     return out
                 res = [grpo.step(c, model, smp, tok, ref, opt, msgs, reward, world) for _ in range(2)][-1]
+                if c["overlap"] and world == 1:
+                    row.update(overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs))
             sec = res.seconds
             row.update(gen_s=sec["sample"], eval_s=sec["reward"], update_s=sec["update"], update_tokens=res.stats["tokens"],
                        tok_s=sum(len(s.ids) for s in res.samples) / max(1e-9, sec["sample"]))
@@ -533,9 +535,49 @@ def step_bench(cfg):
         f = lambda k, w: format(row[k], f"{w}.2f") if k in row else format("OOM" if row.get("oom") else "-", f">{w}")
         say(f"{shape:6s} {mode:5s} {f('gen_s', 8)} {f('tok_s', 7)} {f('eval_s', 7)} {f('update_s', 8)} "
             f"{f('step_s', 7)} {f('judge_real_s', 12)} {f('step_real_s', 12)}", flush=True)
-    say("(nothing overlaps: a step is sampling, then judging, then the update)")
+        if "overlap_s" in row:
+            say(f"       --overlap, {row['judged']} seeds judged a step ({row['ok']} ok): {row['sequential_s']:.2f} s a step one part after "
+                f"another, {row['overlap_s']:.2f} s overlapped (of which {row['wait_s']:.2f} s waiting for the judging)")
+    say("(the table's step: sampling, then judging, then the update, nothing overlapped)")
     common.dist_teardown()
     return dict(judge_per_min=60 * per_s, seeds=len(judged), rows=rows)
+
+
+def overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs, n=2):
+    """crl.py --overlap at real size with real judging: each step's candidates are the seeds
+    (as many as the step's samples, each made a new source, so it is built, checked and timed),
+    rewards random. n steps one part after another, then n with each step's judging in a
+    thread while the next step samples (Evaluator.host_gpu: no timing beside the policy's
+    work) -> seconds a step each way and the overlapped steps' wait for their judging."""
+    import threading
+    import torch
+    import grpo
+    k = len(msgs) * c["crl_samples"]
+    fresh = lambda j: [(t, f"{sol.code}\n# bench step {j}, candidate {i}\n") for i, (t, sol) in enumerate((pairs * k)[:k])]
+    rand = lambda: torch.rand(k).tolist()
+    t0 = time.time()
+    for j in range(n):
+        with ev.host_gpu():
+            s = grpo.sample(c, smp, tok, msgs)
+        ok = sum(v.ok for v in ev.evaluate(fresh(j), progress=False))
+        with ev.host_gpu():
+            grpo.learn(c, model, ref, opt, tok, s, rand(), 1)
+    seq = (time.time() - t0) / n
+    with ev.host_gpu():
+        s = grpo.sample(c, smp, tok, msgs)
+    t0, wait = time.time(), 0.0
+    for j in range(n):
+        th = threading.Thread(target=ev.evaluate, args=(fresh(n + j),), kwargs=dict(progress=False))
+        th.start()
+        with ev.host_gpu():
+            nxt = grpo.sample(c, smp, tok, msgs)
+        t1 = time.time()
+        th.join()
+        wait += time.time() - t1
+        with ev.host_gpu():
+            grpo.learn(c, model, ref, opt, tok, s, rand(), 1, stale=True)
+        s = nxt
+    return dict(judged=k, sequential_s=seq, overlap_s=(time.time() - t0) / n, wait_s=wait / n, ok=ok)
 
 
 def run(cfg):

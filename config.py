@@ -136,6 +136,8 @@ SETTINGS = {
         dr_grpo=(False, "Dr. GRPO: no std scaling, constant normaliser"),
         reward_clip=(1.5, "k in r_hat = clip((r - mean) / std, -k, k) (the paper's 1.5)"),
         crl_ckpt_every=(1, "steps between checkpoints (1: a kill loses at most the step in flight)"),
+        overlap=(False, "judge a step's candidates while the next step's prompts are sampled (one process; those "
+                        "samples are one update stale; no candidate is timed while the policy uses the GPU)"),
         dump_every=(5, "steps between sample dumps (samples/step_<n>_rank<r>.jsonl)"),
     )),
     "exemplars": ("exemplars in the contrastive prompt (crl.py, evaluate.py --exemplars_db)", dict(

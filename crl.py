@@ -12,7 +12,10 @@ their measured speedups (bucket sampling, exemplars.py) and sample G responses; 
 through the kernels package (reward = speedup, 0 for a failure); smooth the rewards within each
 group (r_hat = clip((r - mean) / std, -k, k)); update with GRPO (grpo.py: PPO-style clipped
 ratio, optional k3 KL to the frozen starting model). Every judged variant enters the
-database. Writes out/<config>/crl/: the checkpoint (every `crl_ckpt_every` steps),
+database. With --overlap a step's candidates are judged while the next step's prompts are
+sampled (those samples are one update stale: their PPO ratio is taken against the log-probs
+they were drawn with), and no candidate is timed while the policy uses the GPU. Writes
+out/<config>/crl/: the checkpoint (every `crl_ckpt_every` steps),
 db.jsonl (the exemplar database), log.jsonl (one line per step), samples/, curves.png
 (with matplotlib). Killed, even with kill -9? Run the same command again: it resumes from
 the last checkpoint with the database intact.
@@ -21,6 +24,7 @@ import math
 import os
 import random
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -55,6 +59,19 @@ class Run:
     world: int
     out: str
     set_aside: set      # tasks whose output never changes with the input: out of the numbers
+    updates: int = 0    # updates made by this process: a Draw made before the last one is stale
+
+
+@dataclass
+class Draw:
+    """One step's prompts and samples, drawn; judged next (in a thread with --overlap)."""
+    step: int
+    mine: list          # this rank's tasks
+    shown: list         # the exemplars each prompt showed
+    samples: list       # G per task, in order
+    gen_s: float
+    updates: int        # Run.updates when drawn
+    judged: dict = None  # judge(): parsed responses, database rows, seconds
 
 
 def judge_samples(ev, db, tasks_and_codes, step, origin):
@@ -228,10 +245,25 @@ def run(cfg):
         r = Run(cfg, model, smp, ref_logprobs, opt, tok, tasks, db, ev, rank, world, out, set_aside)
         step = first = state["step"]
         pass_len = pass_steps(tasks, cfg["crl_tasks_per_step"])
+        overlap, pending, judging = cfg["overlap"] and world == 1, None, None
+        if cfg["overlap"] and world > 1:
+            print("crl: --overlap is for one process; under torchrun each step is judged before the next")
         try:
             while step < cfg["crl_steps"]:
                 step += 1
-                rec = one_step(r, step)
+                t0 = time.time()
+                if not overlap:
+                    d = draw(r, step)
+                    judge(r, d)
+                    rec = learn(r, d, 0.0, t0)
+                else:  # judge this step's samples while the next step's are drawn
+                    if pending is None:
+                        pending = draw(r, step)
+                        judging = Judging(r, pending)
+                    nxt = draw(r, step + 1) if step < cfg["crl_steps"] else None
+                    wait = judging.result()
+                    rec = learn(r, pending, wait, t0)
+                    pending, judging = nxt, Judging(r, nxt) if nxt else None
                 if rank == 0:
                     common.append_jsonl(os.path.join(out, "log.jsonl"), [rec])
                     print(" | ".join(f"{k} {v}" for k, v in rec.items() if k not in ("ranks", "tasks", "set_aside")),
@@ -243,6 +275,9 @@ def run(cfg):
                         plot_curves(os.path.join(out, "log.jsonl"), os.path.join(out, "curves.png"), pass_len)
                 common.barrier(world)
         except KeyboardInterrupt:
+            if judging is not None:  # its workers stopped, its thread ended
+                ev.cancel()
+                judging.join(60)
             sys.exit(f"\ncrl: interrupted in step {step}; the last checkpoint and the database are in {out}; "
                      f"run the same command to resume")
     if rank == 0:
@@ -253,28 +288,70 @@ def run(cfg):
     return out
 
 
-def one_step(r, step):
-    """Sample, judge, reward, update -> the step's log record (same keys every step)."""
-    cfg, G = r.cfg, r.cfg["crl_samples"]
+class Judging(threading.Thread):
+    """judge(r, d) in the background (--overlap); result() waits for it -> the seconds waited."""
+
+    def __init__(self, r, d):
+        super().__init__(daemon=True)
+        self.r, self.d, self.error = r, d, None
+        self.start()
+
+    def run(self):
+        try:
+            judge(self.r, self.d)
+        except BaseException as e:  # raised again in the main thread
+            self.error = e
+
+    def result(self):
+        t0 = time.time()
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return time.time() - t0
+
+
+def draw(r, step):
+    """A step's prompts (tasks, exemplars from the database) and G samples of each -> Draw.
+    The policy's GPU work: no candidate is timed meanwhile (Evaluator.host_gpu)."""
+    cfg = r.cfg
     mine = step_tasks(r.tasks, step - 1, cfg["crl_tasks_per_step"], cfg["seed"])[r.rank::r.world]
     rng = random.Random(cfg["seed"] * 7919 + step * 131 + r.rank)
     shown = [exemplars.pick_exemplars(r.db, t, cfg, rng) for t in mine]
     msgs = [prompts.task_prompt(t.code, r.ev.language, ex) for t, ex in zip(mine, shown)]
-    each = [t for t in mine for _ in range(G)]  # the task of every sample, in order
-    judged = {}
+    t0 = time.time()
+    with r.ev.host_gpu():
+        samples = grpo.sample(cfg, r.sampler, r.tok, msgs)
+    return Draw(step, mine, shown, samples, time.time() - t0, r.updates)
 
-    def reward(samples):  # judge (each new variant enters the database): reward = speedup, 0 for a failure
-        judged["parsed"] = [prompts.parse_response(s.text) for s in samples]
-        judged["rows"] = rows = judge_samples(r.ev, r.db, [(t, p.code) for t, p in zip(each, judged["parsed"])],
-                                              step, "crl")
-        new = [row for part in common.all_gather([dict(row, new=False) for row in rows if row and row["new"]], r.world)
-               for row in part]
-        judged["added"] = r.db.add(new, write=r.rank == 0)  # a variant sampled twice in a step is one new variant
-        return [row["speedup"] if row and row["status"] == "ok" else 0.0 for row in rows]
-    res = grpo.step(cfg, r.model, r.sampler, r.tok, r.ref_logprobs, r.opt, msgs, reward, r.world)
-    flat = list(zip(each, res.samples))
-    parsed, rows, added, rewards, st = judged["parsed"], judged["rows"], judged["added"], res.rewards, res.stats
-    skipped = int((res.adv == 0).all(dim=1).sum())
+
+def judge(r, d):
+    """Judge a Draw's samples (variants judged before keep their rows): d.judged. No
+    collectives and no database writes, so it may run in a thread beside draw()."""
+    t0 = time.time()
+    each = [t for t in d.mine for _ in range(r.cfg["crl_samples"])]
+    parsed = [prompts.parse_response(s.text) for s in d.samples]
+    rows = judge_samples(r.ev, r.db, [(t, p.code) for t, p in zip(each, parsed)], d.step, "crl")
+    d.judged = dict(parsed=parsed, rows=rows, seconds=time.time() - t0)
+
+
+def learn(r, d, wait, t0):
+    """A judged Draw: its new variants into the database (gathered over ranks), rewards
+    (speedup, 0 for a failure), the update -> the step's log record (same keys every step).
+    wait: seconds the step waited for its judging after drawing the next (--overlap)."""
+    cfg, G, step = r.cfg, r.cfg["crl_samples"], d.step
+    mine, shown, each = d.mine, d.shown, [t for t in d.mine for _ in range(G)]
+    parsed, rows = d.judged["parsed"], d.judged["rows"]
+    new = [row for part in common.all_gather([dict(row, new=False) for row in rows if row and row["new"]], r.world)
+           for row in part]
+    added = r.db.add(new, write=r.rank == 0)  # a variant sampled twice in a step is one new variant
+    rewards = [row["speedup"] if row and row["status"] == "ok" else 0.0 for row in rows]
+    t1 = time.time()
+    stale = d.updates < r.updates  # drawn before the last update (--overlap)
+    with r.ev.host_gpu():
+        adv, st = grpo.learn(cfg, r.model, r.ref_logprobs, r.opt, r.tok, d.samples, rewards, r.world, stale)
+    r.updates += 1
+    update_s, flat = time.time() - t1, list(zip(each, d.samples))
+    skipped = int((adv == 0).all(dim=1).sum())
     if step % cfg["dump_every"] == 0 or step == 1:  # reading rollouts is the main debugging tool
         dump = [dict(task=t.name, exemplars=[e["speedup"] for e in ex], text=s.text, finished=s.finished,
                      status=row["status"] if row else "compile_error", reason=row["reason"] if row else p.reason,
@@ -307,9 +384,9 @@ def one_step(r, step):
                 skipped_groups=sum(e["skipped"] for e in every), groups=sum(e["groups"] for e in every),
                 new_variants=len(added), db_size=len(r.db.rows), tasks=by_task, set_aside=set_aside,
                 ranks=[[e["db"], e["params"]] for e in every],  # (database rows, weight checksum) per rank
-                tok_s=round(sum(e["gen_tok"] for e in every) / max(1e-9, res.seconds["sample"])),
-                gen_s=round(res.seconds["sample"], 1), eval_s=round(res.seconds["reward"], 1),
-                update_s=round(res.seconds["update"], 1))
+                tok_s=round(sum(e["gen_tok"] for e in every) / max(1e-9, d.gen_s)),
+                gen_s=round(d.gen_s, 1), eval_s=round(d.judged["seconds"], 1), update_s=round(update_s, 1),
+                wait_s=round(wait, 1), step_s=round(time.time() - t0, 1), stale=int(stale))
 
 
 def param_checksum(model):

@@ -23,6 +23,8 @@ class Rollout:
     prompt_ids: list   # the prompt's tokens
     ids: list          # the sampled tokens (EOS included when the reply finished)
     adv: float         # its smoothed, group-relative advantage
+    behaviour: list = None  # drawn before the last update (crl.py --overlap): the sampler's
+                            # log-prob of each token, pi_old of the PPO ratio
 
 
 def smooth_rewards(r, k, std_scale=True):
@@ -85,6 +87,16 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, eps, beta, normaliser):
     return loss, stats
 
 
+def behaviour_logprobs(rollouts, shape, dev):
+    """Rollouts' sampler log-probs placed as completion_logprobs places its own (entry t
+    scores token t+1 of prompt + reply) -> (B, T-1), zeros off the replies."""
+    out = torch.zeros(shape, device=dev)
+    for r, s in enumerate(rollouts):
+        p = len(s.prompt_ids)
+        out[r, p - 1:p - 1 + len(s.ids)] = torch.tensor(s.behaviour[:len(s.ids)], device=dev)
+    return out
+
+
 def has_dropout(model):
     """Whether a training forward of the model differs from an evaluation one."""
     cfg = getattr(policy.unwrap(model), "config", None)
@@ -126,6 +138,9 @@ def _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
                for p in packed] if ref_logprobs is not None else [None] * len(packed)
         old = [policy.completion_logprobs(model, p["input_ids"], p["attention_mask"], temp)
                for p in packed] if has_dropout(model) else [None] * len(packed)
+        for i, (b, p) in enumerate(zip(batches, packed)):  # drawn one update ago: pi_old drew them
+            if all(s.behaviour is not None for s in b):
+                old[i] = behaviour_logprobs(b, (len(b), p["input_ids"].shape[1] - 1), dev)
     model.train()
     for epoch in range(cfg["ppo_epochs"]):
         for i, (b, p, r) in enumerate(zip(batches, packed, ref)):
@@ -165,17 +180,30 @@ def step(cfg, model, smp, tok, ref_logprobs, opt, messages, reward_fn, world):
     (policy.generate through the sampler smp), their rewards from reward_fn(samples) -> one
     float per sample, in order (judging kernels, for Stage 3: the algorithm does not know the
     task), group-relative advantages, the update -> Step."""
-    G = cfg["crl_samples"]
     t0 = time.time()
-    samples = [s for group in policy.generate(smp, tok, messages, cfg, n=G, progress=False) for s in group]
+    samples = sample(cfg, smp, tok, messages)
     t1 = time.time()
     rewards = [float(r) for r in reward_fn(samples)]
     t2 = time.time()
-    adv = group_advantages([rewards[g * G:(g + 1) * G] for g in range(len(messages))],
-                           cfg["reward_clip"], not cfg["dr_grpo"])                         # (P, G)
-    rollouts = [Rollout(s.prompt_ids, s.ids, float(a)) for s, a in zip(samples, adv.reshape(-1))]
-    stats = train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
+    adv, stats = learn(cfg, model, ref_logprobs, opt, tok, samples, rewards, world)
     return Step(samples, rewards, adv, stats, dict(sample=t1 - t0, reward=t2 - t1, update=time.time() - t2))
+
+
+def sample(cfg, smp, tok, messages):
+    """`crl_samples` samples of each message, G per prompt in prompt order -> (P * G) Samples."""
+    return [s for group in policy.generate(smp, tok, messages, cfg, n=cfg["crl_samples"], progress=False)
+            for s in group]
+
+
+def learn(cfg, model, ref_logprobs, opt, tok, samples, rewards, world, stale=False):
+    """Group-relative advantages of the samples' rewards, then the update -> (adv (P, G), stats).
+    stale: the samples were drawn before the last update (crl.py --overlap), so the PPO ratio
+    is taken against the sampler's own log-probs of them (where it kept them)."""
+    G = cfg["crl_samples"]
+    adv = group_advantages([rewards[g:g + G] for g in range(0, len(rewards), G)],
+                           cfg["reward_clip"], not cfg["dr_grpo"])                         # (P, G)
+    rollouts = [Rollout(s.prompt_ids, s.ids, float(a), s.logps if stale else None) for s, a in zip(samples, adv.reshape(-1))]
+    return adv, train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
 
 
 # ----------------------------------------------------------------------------------------

@@ -825,10 +825,11 @@ def test_policy_bench_counts_flops_and_the_decode_limit():
     assert bench.sampling_limit(params_1p5b, layers, kv_dim, 256, 600, 1024, 3.35e12) > 2 * rate
 
 
-def _gate_run(tmp_path, args, poll):
+def _gate_run(tmp_path, args, poll, host=None):
     """Stand-in workers (_gate_worker(conn, path, *args[i])) on one GPU, driven as the
     Evaluator drives them (gate.arbitrate, then their messages, every `poll` seconds at most);
-    each must finish ok -> (their handles, their deadlines at the start, their logs)."""
+    each must finish ok -> (their handles, their deadlines at the start, their logs). host: a
+    gate.Host the loop grants as the Evaluator does (once no worker holds the GPU)."""
     import multiprocessing as mp
     import multiprocessing.connection as mpc
     ctx = mp.get_context("fork")
@@ -841,8 +842,14 @@ def _gate_run(tmp_path, args, poll):
     deadline0 = [w.job_deadline for w in ws]
     active, t_end = list(ws), time.monotonic() + 60
     while active and time.monotonic() < t_end:
-        gate.arbitrate(active)
-        ready = mpc.wait([w.conn for w in active], timeout=poll)
+        if host:
+            with host.lock:
+                if host.state == "want" and not any(w.state == "hold" for w in active):
+                    host.grant()
+        gate.arbitrate(active, host.state if host else None)
+        ready = mpc.wait([w.conn for w in active] + ([host.wake] if host else []), timeout=poll)
+        if host:
+            host.drain()
         for w in list(active):
             if w.conn in ready and w.receive():
                 active.remove(w)
@@ -850,6 +857,37 @@ def _gate_run(tmp_path, args, poll):
         w.proc.join(5)
     assert not active and all(w.result["status"] == "ok" for w in ws)
     return ws, deadline0, [json.load(open(tmp_path / f"{i}.json")) for i in range(len(args))]
+
+
+def test_gpu_gate_never_times_beside_the_hosts_own_work(tmp_path):
+    """Evaluator.host_gpu (Stage 3 sampling while the last step is judged): the host gets the
+    GPU only when nobody times, no timing starts while it holds it (worker 0 asks during the
+    hold and waits), and checks go on beside it (worker 2's)."""
+    import threading
+    host, spans = gate.Host(), []
+    with host.lock:
+        host.loops += 1  # the loop below grants it, as the Evaluator's does
+
+    def work():
+        for start, hold in ((0.05, 0.6), (1.4, 0.3)):
+            time.sleep(max(0.0, start - (time.monotonic() - t0)))
+            host.acquire()
+            a = time.monotonic()
+            time.sleep(hold)
+            spans.append((a, time.monotonic()))
+            host.release()
+    t0 = time.monotonic()
+    th = threading.Thread(target=work)
+    th.start()
+    _, _, logs = _gate_run(tmp_path, [(4, 0.02), (20, 0.02), (60, 0.02)], 0.05, host)
+    th.join()
+    assert len(spans) == 2
+    timings = [s for lg in logs for s in lg["spans"]]
+    for a, b in spans:
+        assert not [(x, y) for x, y in timings if x < b and a < y], (spans, timings)
+    assert logs[0]["spans"][0][0] >= spans[0][1]  # it asked during the first hold and waited for its end
+    a, b = spans[0]
+    assert len([t for t in logs[2]["seen"] if a < t < b]) > 100  # checks beside the host's work
 
 
 def test_pick_slot_runs_an_out_of_memory_retry_alone_after_the_gpus_workers_have_exited():
@@ -1510,6 +1548,47 @@ def test_seeds_pass_cpu(cache, tasks):
     check_seeds(cache, tasks, "cpu")
 
 
+def test_no_candidate_is_timed_during_the_hosts_own_work(cache, tasks):
+    """Evaluator.host_gpu on the CPU (crl.py --overlap's policy work beside judging in a
+    thread): it starts once no run job (which checks and times there) is active, none starts
+    until it ends, and the judging then finishes; on cancel() an evaluation in flight stops."""
+    import threading
+    pairs = [(tasks[n], open(os.path.join(HERE, "tasks", "seeds", "cpp", n, "fast.py")).read())
+             for n in ("gelu", "row_sum", "swish_bias", "layernorm")]
+    landed, hold, runs = [], [], {}
+    with make_eval(cache, "cpu", confirm_speedup=0) as ev:
+        start, finish, out = ev._start, ev._finish, {}
+
+        def started(phase, item, slot):  # each run job's span, as the Evaluator starts and ends it
+            r = start(phase, item, slot)
+            runs[id(r)] = [time.monotonic(), None] if phase == "run" else None
+            return r
+
+        def finished(r, **kw):
+            if runs.get(id(r)):
+                runs[id(r)][1] = time.monotonic()
+            return finish(r, **kw)
+        ev._start, ev._finish = started, finished
+        th = threading.Thread(target=lambda: out.update(
+            vs=ev.evaluate(pairs, on_verdict=lambda i, v: landed.append(time.monotonic()))))
+        th.start()
+        while not landed and th.is_alive():
+            time.sleep(0.01)
+        with ev.host_gpu():
+            a = time.monotonic()
+            time.sleep(1.5)
+            hold.append((a, time.monotonic()))
+        th.join(120)
+        assert [v.status for v in out["vs"]] == ["ok"] * 4, out["vs"]
+        spans = [v for v in runs.values() if v]
+        assert len(landed) == len(spans) == 4 and not [(x, y) for x, y in spans if x < hold[0][1] and a < y], (hold, spans)
+        th = threading.Thread(target=lambda: out.update(vs=ev.evaluate(pairs[:1])), daemon=True)
+        th.start()
+        ev.cancel()
+        th.join(30)
+        assert not th.is_alive()
+
+
 @gpu
 @needs_cuda
 def test_seeds_pass_cuda(cache, tasks):
@@ -1655,16 +1734,19 @@ def test_bench_takes_release_records_that_bring_their_own_tasks(tmp_path, tasks)
 def test_bench_step_times_a_stage3_step_and_costs_its_judging(cache, tmp_path):
     """bench.py --what=step runs grpo.step twice with the tiny model, full and LoRA (an update
     with work to do), and prints each part's seconds, with the judging of real candidates (the
-    seeds) beside them."""
+    seeds) beside them; --overlap also times steps whose judging is real, one part after
+    another and overlapped."""
     out = run_script("bench.py", ["--what=step", "--shapes=tiny", "--modes=full,lora", "--crl_tasks_per_step=2",
                                   "--crl_samples=2", "--max_new_tokens=16", "--gen_batch=4", "--backend=cpu",
                                   "--only=gelu", f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false",
-                                  "--timing_rounds=2", "--round_seconds=0.05"])
-    assert "judging: 2 seeds in" in out and "2 ok" in out and "nothing overlaps" in out, out
+                                  "--timing_rounds=2", "--round_seconds=0.05", "--overlap"])
+    assert "judging: 2 seeds in" in out and "2 ok" in out and "nothing overlapped" in out, out
+    assert out.count("--overlap, 4 seeds judged a step (4 ok)") == 2, out
     res = json.load(open(os.path.join(tmp_path, "bench", "step-1gpu.json")))
     assert [(r["shape"], r["mode"]) for r in res["rows"]] == [("tiny", "full"), ("tiny", "lora")], res["rows"]
     for r in res["rows"]:
         assert r["tok_s"] > 0 and r["update_tokens"] > 0 and r["step_real_s"] >= r["judge_real_s"] > 0, r
+        assert r["sequential_s"] > 0 and r["overlap_s"] > r["wait_s"] >= 0, r
 
 
 def test_bench_commands_print_their_tables(cache, tmp_path):
@@ -2739,6 +2821,28 @@ def test_update_takes_pi_old_from_its_first_epoch(tiny, monkeypatch):
     assert not has_dropout(policy.build_tiny(cfg, tok))
 
 
+def test_stale_rollouts_take_pi_old_from_the_sampler(tiny):
+    """crl.py --overlap updates on samples drawn one update ago: their PPO ratio is taken
+    against the log-probs the sampler drew them with (placed as completion_logprobs places
+    its own). The policy's own log-probs as behaviour: no ratio moves (kl_old 0, nothing
+    clipped); log-probs 0.5 higher than the policy's: every ratio exp(-0.5), below 1 - 0.2,
+    so clipped where the advantage is negative (the second reply's 2 tokens)."""
+    cfg, _, tok = tiny
+    c = dict(cfg, ppo_epochs=1, crl_micro_batch=4, clip_eps=0.2, beta=0.0, dr_grpo=False, grad_clip=1.0,
+             temperature=0.7, crl_samples=2)
+    rows = [([5, 6, 7], [20, 21, 22, tok.eos_token_id], 1.0), ([5, 6, 7, 8, 9], [30, 31], -1.0)]
+    model = policy.build_tiny(cfg, tok)
+    b = policy.pack(tok, [r[0] for r in rows], [r[1] for r in rows])
+    with torch.no_grad():
+        own = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"], 0.7)
+    logps = [own[i, len(p) - 1:len(p) - 1 + len(ids)].tolist() for i, (p, ids, _) in enumerate(rows)]
+    for shift, clipped in ((0.0, 0), (0.5, 2)):
+        model = policy.build_tiny(cfg, tok)
+        rollouts = [grpo.Rollout(p, ids, a, [x + shift for x in lp]) for (p, ids, a), lp in zip(rows, logps)]
+        st = grpo.train_step(c, model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), tok, rollouts, 1)
+        assert st["clipped"] == clipped and (st["kl_old"] < 1e-5) == (shift == 0), (shift, st)
+
+
 def test_bucket_sampling_frequencies():
     import random
     scores = [0.1, 0.12, 1.0, 1.05, 3.0]  # buckets of width 0.5: {0.1, 0.12}, {1.0, 1.05}, {3.0}
@@ -3030,16 +3134,17 @@ def test_crl_survives_kill_9_and_resumes(pipeline, tmp_path):
 
 
 def test_crl_resumes_after_ctrl_c(pipeline, tmp_path):
-    """Stage 3 stopped by a real SIGINT mid-run: the message, workers stopped, the database
-    intact; the same command resumes after the last checkpoint and ends with one log row per
-    step."""
+    """Stage 3 with --overlap (a step judged in a thread while the next is sampled) stopped by
+    a real SIGINT mid-run: the message, workers stopped, the database intact; the same command
+    resumes after the last checkpoint and ends with one log row per step, each with the
+    seconds it waited for its judging."""
     import re
     import shutil
     import signal
     out, argv, _ = pipeline
     shutil.copytree(os.path.join(out, "small"), tmp_path / "small")
     cmd = [a for a in argv if not a.startswith(("--out", "--crl_steps"))] + \
-        [f"--out={tmp_path}", "--crl_steps=5", "--crl_ckpt_every=2"]
+        [f"--out={tmp_path}", "--crl_steps=5", "--crl_ckpt_every=2", "--overlap"]
     p = subprocess.Popen([sys.executable, "crl.py", *cmd], cwd=HERE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True,
                          preexec_fn=_ctrl_c_reaches)
@@ -3054,7 +3159,11 @@ def test_crl_resumes_after_ctrl_c(pipeline, tmp_path):
     assert rows
     stdout = run_script("crl.py", cmd)
     assert re.search(r"crl: resuming after step [24]", stdout), stdout[-2000:]
-    assert [json.loads(line)["step"] for line in open(base / "log.jsonl")] == [1, 2, 3, 4, 5]
+    log = [json.loads(line) for line in open(base / "log.jsonl")]
+    assert [rec["step"] for rec in log] == [1, 2, 3, 4, 5]
+    # after the resume the first update is on fresh samples, each later one on samples drawn before it
+    stale = [rec["stale"] for rec in log if rec["step"] > int(re.search(r"resuming after step (\d)", stdout)[1])]
+    assert stale == [0] + [1] * (len(stale) - 1), log
     assert len(exemplars.Database(str(base / "db.jsonl")).rows) >= len(rows)
 
 

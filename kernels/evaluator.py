@@ -4,6 +4,7 @@ and turns what they report into Verdicts. Candidate code never runs in this proc
     with kernels.Evaluator(config.parse([])) as ev:
         [v] = ev.evaluate([(task, code)])       # v.status, v.reason, v.speedup, v.log ...
 """
+import contextlib
 import os
 import shutil
 import sys
@@ -126,6 +127,7 @@ class Evaluator:
         self.memo = {}
         self._jobs = 0
         self._standby = {}  # slot -> a run worker with its CUDA context up, waiting for a job
+        self.host = gate.Host()  # the caller's own device work (host_gpu), which no timing overlaps
         self._exiting = []  # (worker that sent its result, when to kill it if it has not exited)
         self.trace = []  # the GPU gate's state changes (gate.Running.trace), for bench.py
         self.events = []  # (gate.now(), job kind, "start" | "end") of every job, for bench.py's start-up account
@@ -164,6 +166,24 @@ class Evaluator:
             p.join(5)
             g.close(tries=100)
         shutil.rmtree(self.tmp, ignore_errors=True)
+        self.host.close()
+
+    @contextlib.contextmanager
+    def host_gpu(self):
+        """The caller's own work on the device (sampling, an update) while another thread
+        judges: it starts once no candidate is being timed, and none is timed until it ends
+        (gate.Host). Builds and checks go on beside it."""
+        self.host.acquire()
+        try:
+            yield
+        finally:
+            self.host.release()
+
+    def cancel(self):
+        """From another thread: an evaluate() in flight there stops, its workers killed
+        (KeyboardInterrupt in that thread)."""
+        self.host.cancelled = True
+        self.host.poke()
 
     def __enter__(self):
         return self
@@ -500,6 +520,9 @@ class Evaluator:
         # CPU timings must not share the cores with builds (untimed checks may)
         exclusive = self.device == "cpu" and self.cfg["time_candidates"] and "run" in phases
         moved = gate.now()  # when a job last ended: a long quiet spell is reported (_report_stall)
+        host = self.host
+        with host.lock:
+            host.loops += 1
         try:
             while any(queues.values()) or active:
                 self._reap()  # first: a worker that has just exited no longer holds a slot's memory
@@ -511,8 +534,9 @@ class Evaluator:
                                 exclusive and (n_dev or any(queues[q] for q in phases if q != p))):
                             active.append(self._start(p, queues[p].popleft(), None))
                             n_build += 1
-                    else:
-                        while queues[p] and not (exclusive and n_build) and \
+                    else:  # on the CPU a run job checks and times: none starts while the host works
+                        while queues[p] and not (exclusive and n_build) and not (
+                                p == "run" and self.device == "cpu" and host.state) and \
                                 (slot := gate.pick_slot(free, self.slots, active, queues[p][0],
                                                         [e for e, _ in self._exiting])) is not None:
                             free.remove(slot)
@@ -522,9 +546,13 @@ class Evaluator:
                             active.append(r)
                             n_dev += 1
                 # the GPU gate's next step (gate.py), then wait for a message, an exit or the
-                # deadline of a worker that runs
+                # deadline of a worker that runs; the host gets the device once nobody times
+                with host.lock:
+                    if host.state == "want" and not any(r.kind == "run" and (self.device == "cpu" or r.state == "hold")
+                                                        for r in active):
+                        host.grant()
                 for g in range(len(self.gpus)) if self.device == "cuda" else ():
-                    gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g])
+                    gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g], host.state)
                     gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
                 for r in active:  # over a limit the evaluator watches (limits.JobGroup): stopped now
                     if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):
@@ -536,7 +564,10 @@ class Evaluator:
                      and (t := r.since + gate.DEFER_AFTER + 0.01) > gate.now()]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
                 ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active] +  # and an
-                                 [e.proc.sentinel for e, _ in self._exiting], timeout=wait)  # exit an alone job waits for
+                                 [e.proc.sentinel for e, _ in self._exiting] + [host.wake], timeout=wait)  # exit an alone job waits for
+                host.drain()
+                if host.cancelled:
+                    raise KeyboardInterrupt("evaluation cancelled")
                 for g in range(len(self.gpus)) if self.device == "cuda" else ():  # the deadlines, now
                     gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
                 if gate.now() - moved > STALL_SECONDS:
@@ -604,6 +635,10 @@ class Evaluator:
                 self._kill(r)
             raise
         finally:
+            with host.lock:
+                host.loops -= 1
+                if not host.loops and host.state == "want":
+                    host.grant()
             self._reap(wait=True)
             if bar:
                 bar.close()

@@ -30,6 +30,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 
 from . import verdicts
@@ -304,7 +305,55 @@ def join(new, workers):
         new._set("pausing")
 
 
-def arbitrate(workers):
+class Host:
+    """The Evaluator's caller's own work on the device (Evaluator.host_gpu): Stage 3 samples
+    and updates the policy while another thread judges the last step's candidates. No
+    timing starts while the host wants or holds the device, and the host gets it once no
+    worker times (on a GPU: none holds it; on the CPU: no run job is active, since a CPU run
+    worker checks and times). Checks and builds go on beside it. The Evaluator's loop grants
+    it (wake: a pipe that loop waits on); with no loop running it is granted at once."""
+
+    def __init__(self):
+        self.state = None  # None | "want" | "hold"
+        self.lock, self.granted, self.loops = threading.Lock(), threading.Event(), 0
+        self.cancelled = False  # set from another thread: the loop ends, its workers killed
+        self.wake, self._poke = os.pipe()
+        os.set_blocking(self.wake, False)
+
+    def acquire(self):
+        with self.lock:
+            self.granted.clear()
+            self.state = "want"
+            if not self.loops:
+                self.grant()
+        self.poke()
+        self.granted.wait()
+
+    def grant(self):  # the lock held
+        self.state = "hold"
+        self.granted.set()
+
+    def release(self):
+        with self.lock:
+            self.state = None
+        self.poke()
+
+    def poke(self):
+        with contextlib.suppress(OSError):  # closed: no loop to wake
+            os.write(self._poke, b"x")
+
+    def drain(self):
+        with contextlib.suppress(OSError):
+            os.read(self.wake, 4096)
+
+    def close(self):
+        for fd in (self.wake, self._poke):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.wake = self._poke = -1  # a late poke fails, rather than write to a reused descriptor
+
+
+def arbitrate(workers, host=None):
     """One GPU's workers (their run jobs) -> the next step of the protocol: while one waits
     for the GPU or holds it, every other one is asked to pause; the first one waiting gets
     the GPU once all others are paused, waiting themselves or in host-only work, and they
@@ -314,10 +363,11 @@ def arbitrate(workers):
     leave its kernels running under someone else's timing. Once per wait, the ones already
     paused go on while such a late one finishes its call (DEFER_AFTER), and are asked again
     when it is there, for the first DEFER_FOR seconds of a wait; no timing starts while any
-    of them runs."""
+    of them runs. host: the Host's state ("want", "hold" or None): nothing is granted while
+    it wants or holds the GPU, and while it holds it the ones waiting wait, the rest go on."""
     holder = any(w.state == "hold" for w in workers)
     waiting = sorted((w for w in workers if w.state == "wait"), key=lambda w: w.since)
-    if not (holder or waiting):
+    if not (holder or waiting) or (host == "hold" and not holder):
         for w in workers:
             if w.state in ("paused", "pausing"):
                 w.tell(b"R")  # one still on its way reads its P, then this R
@@ -349,7 +399,7 @@ def arbitrate(workers):
             w.stop()  # one that paused, or began host work, during a timing
         elif not holder and w.state == "pausing" and not w.host:
             w.stop(False)  # stopped in host work that has ended since: on to its pause point
-    if holder or not all(aside(w) for w in workers):
+    if holder or host or not all(aside(w) for w in workers):
         return
     first = waiting[0]
     for w in workers:
