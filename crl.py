@@ -69,6 +69,7 @@ class Draw:
     mine: list          # this rank's tasks
     shown: list         # the exemplars each prompt showed
     samples: list       # G per task, in order
+    each: list          # the task of every sample, in order
     gen_s: float
     updates: int        # Run.updates when drawn
     judged: dict = None  # judge(): parsed responses, database rows, seconds
@@ -321,16 +322,16 @@ def draw(r, step):
     t0 = time.time()
     with r.ev.host_gpu():
         samples = grpo.sample(cfg, r.sampler, r.tok, msgs)
-    return Draw(step, mine, shown, samples, time.time() - t0, r.updates)
+    each = [t for t in mine for _ in range(cfg["crl_samples"])]
+    return Draw(step, mine, shown, samples, each, time.time() - t0, r.updates)
 
 
 def judge(r, d):
     """Judge a Draw's samples (variants judged before keep their rows): d.judged. No
     collectives and no database writes, so it may run in a thread beside draw()."""
     t0 = time.time()
-    each = [t for t in d.mine for _ in range(r.cfg["crl_samples"])]
     parsed = [prompts.parse_response(s.text) for s in d.samples]
-    rows = judge_samples(r.ev, r.db, [(t, p.code) for t, p in zip(each, parsed)], d.step, "crl")
+    rows = judge_samples(r.ev, r.db, [(t, p.code) for t, p in zip(d.each, parsed)], d.step, "crl")
     d.judged = dict(parsed=parsed, rows=rows, seconds=time.time() - t0)
 
 
@@ -339,7 +340,7 @@ def learn(r, d, wait, t0):
     (speedup, 0 for a failure), the update -> the step's log record (same keys every step).
     wait: seconds the step waited for its judging after drawing the next (--overlap)."""
     cfg, G, step = r.cfg, r.cfg["crl_samples"], d.step
-    mine, shown, each = d.mine, d.shown, [t for t in d.mine for _ in range(G)]
+    mine, shown, each = d.mine, d.shown, d.each
     parsed, rows = d.judged["parsed"], d.judged["rows"]
     new = [row for part in common.all_gather([dict(row, new=False) for row in rows if row and row["new"]], r.world)
            for row in part]

@@ -843,9 +843,7 @@ def _gate_run(tmp_path, args, poll, host=None):
     active, t_end = list(ws), time.monotonic() + 60
     while active and time.monotonic() < t_end:
         if host:
-            with host.lock:
-                if host.state == "want" and not any(w.state == "hold" for w in active):
-                    host.grant()
+            host.settle(any(w.state == "hold" for w in active))
         gate.arbitrate(active, host.state if host else None)
         ready = mpc.wait([w.conn for w in active] + ([host.wake] if host else []), timeout=poll)
         if host:
@@ -865,8 +863,7 @@ def test_gpu_gate_never_times_beside_the_hosts_own_work(tmp_path):
     hold and waits), and checks go on beside it (worker 2's)."""
     import threading
     host, spans = gate.Host(), []
-    with host.lock:
-        host.loops += 1  # the loop below grants it, as the Evaluator's does
+    host.enter()  # the loop below grants it, as the Evaluator's does
 
     def work():
         for start, hold in ((0.05, 0.6), (1.4, 0.3)):

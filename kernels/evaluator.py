@@ -521,8 +521,7 @@ class Evaluator:
         exclusive = self.device == "cpu" and self.cfg["time_candidates"] and "run" in phases
         moved = gate.now()  # when a job last ended: a long quiet spell is reported (_report_stall)
         host = self.host
-        with host.lock:
-            host.loops += 1
+        host.enter()
         try:
             while any(queues.values()) or active:
                 self._reap()  # first: a worker that has just exited no longer holds a slot's memory
@@ -547,10 +546,7 @@ class Evaluator:
                             n_dev += 1
                 # the GPU gate's next step (gate.py), then wait for a message, an exit or the
                 # deadline of a worker that runs; the host gets the device once nobody times
-                with host.lock:
-                    if host.state == "want" and not any(r.kind == "run" and (self.device == "cpu" or r.state == "hold")
-                                                        for r in active):
-                        host.grant()
+                host.settle(any(r.kind == "run" and (self.device == "cpu" or r.state == "hold") for r in active))
                 for g in range(len(self.gpus)) if self.device == "cuda" else ():
                     gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g], host.state)
                     gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
@@ -635,10 +631,7 @@ class Evaluator:
                 self._kill(r)
             raise
         finally:
-            with host.lock:
-                host.loops -= 1
-                if not host.loops and host.state == "want":
-                    host.grant()
+            host.leave()
             self._reap(wait=True)
             if bar:
                 bar.close()

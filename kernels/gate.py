@@ -333,6 +333,25 @@ class Host:
         self.state = "hold"
         self.granted.set()
 
+    def enter(self):
+        """A loop that grants starts."""
+        with self.lock:
+            self.loops += 1
+
+    def settle(self, timing):
+        """Once per pass of that loop: the host gets the device if it wants it and nobody is
+        timing (`timing`: whether a worker holds the device, or on the CPU a run job is on)."""
+        with self.lock:
+            if self.state == "want" and not timing:
+                self.grant()
+
+    def leave(self):
+        """That loop ends: with no loop left, a host that waits gets the device."""
+        with self.lock:
+            self.loops -= 1
+            if not self.loops and self.state == "want":
+                self.grant()
+
     def release(self):
         with self.lock:
             self.state = None
