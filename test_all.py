@@ -857,6 +857,23 @@ def _gate_run(tmp_path, args, poll, host=None):
     return ws, deadline0, [json.load(open(tmp_path / f"{i}.json")) for i in range(len(args))]
 
 
+def test_host_holds_without_a_judging_loop_never_block():
+    """Sequential Stage 3 holds the device twice a step with no loop draining the wake pipe:
+    80,000 holds (more pokes than a pipe holds) end at once instead of blocking on a full pipe."""
+    import threading
+    host = gate.Host()
+
+    def holds():
+        for _ in range(40000):
+            host.acquire()
+            host.release()
+    th = threading.Thread(target=holds, daemon=True)
+    th.start()
+    th.join(60)
+    assert not th.is_alive(), "a poke blocked on the full wake pipe"
+    host.close()
+
+
 def test_gpu_gate_never_times_beside_the_hosts_own_work(tmp_path):
     """Evaluator.host_gpu (Stage 3 sampling while the last step is judged): the host gets the
     GPU only when nobody times, no timing starts while it holds it (worker 0 asks during the

@@ -319,6 +319,7 @@ class Host:
         self.cancelled = False  # set from another thread: the loop ends, its workers killed
         self.wake, self._poke = os.pipe()
         os.set_blocking(self.wake, False)
+        os.set_blocking(self._poke, False)  # a full pipe (no loop draining it) drops a poke, never blocks
 
     def acquire(self):
         with self.lock:
