@@ -20,7 +20,7 @@ candidate call's deadline, ("acquire",), ("paused",), ("release",), ("host", may
 ("device",) around host-only work. Evaluator -> worker, single bytes on the same (duplex)
 pipe after the job: P pause, R resume, G go, D host-only work over.
 
-    Worker side (worker.py):  WorkerGate(fd, send, sync, cores, free): pause_point, host_only, acquire, release
+    Worker side (worker.py):  WorkerGate(fd, send, sync, cores, free): pause_point, host_only, building, acquire, release
     Parent side (evaluator.py): Running (one worker), pick_slot, join, arbitrate(workers of one GPU),
                                 share_clock(workers of one GPU)
     Reading a run's trace (bench.py): gate_share(trace, t0, t1)
@@ -91,6 +91,9 @@ class Open:
     def host_only(self, during_timing=False):
         return contextlib.nullcontext()
 
+    def building(self):
+        return contextlib.nullcontext()
+
     def acquire(self):
         pass
 
@@ -107,6 +110,7 @@ class WorkerGate:
         self.fd, self.send, self.sync, self.cores, self.free = fd, send, sync, cores, free
         self.shared = os.sched_getaffinity(0)
         self.paused = 0.0  # seconds spent at pause points
+        self.main, self.in_build = threading.get_ident(), False  # only this thread reads the pipe
 
     def _next(self):
         b = _READ(self.fd, 1)
@@ -149,6 +153,23 @@ class WorkerGate:
                 self._pause()
             if self.cores:  # all its cores again once it runs only while nobody times
                 _AFFINITY(0, self.shared)
+
+    @contextlib.contextmanager
+    def building(self):
+        """A torch extension build (load_inline, load) called by candidate code: compilers on
+        the host, nothing on the GPU, so host_only: the Evaluator may stop this worker anywhere
+        inside it while another one times, instead of every other worker on the GPU waiting for
+        this one's next pause point, a minute for a build in __init__ or the first forward.
+        Only from the thread that reads the gate's pipe, and not nested."""
+        if threading.get_ident() != self.main or self.in_build:
+            yield
+            return
+        self.in_build = True
+        try:
+            with self.host_only():
+                yield
+        finally:
+            self.in_build = False
 
     def acquire(self):
         """Block until this worker has the GPU to itself; then time on the timing cores."""

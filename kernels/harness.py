@@ -365,26 +365,10 @@ class Harness:
         return (out, snap) if snapshot else out
 
     # -- the candidate -----------------------------------------------------------------
-    @contextlib.contextmanager
-    def building(self):
-        """A torch extension build (load_inline, load) called from the candidate's main thread:
-        compilers on the host, nothing on the GPU, so the gate may stop this worker anywhere
-        inside it while another one times (gate.WorkerGate.host_only), instead of every other
-        worker on the GPU waiting for this one's next pause point, a minute for a build in
-        __init__ or the first forward. Builds at import were done ahead by a compile worker."""
-        if threading.get_ident() != self.main or self.in_build:  # the gate's pipe is read by the main thread
-            yield
-            return
-        self.in_build = True
-        try:
-            with self.gate.host_only():
-                yield
-        finally:
-            self.in_build = False
-
     def load_candidate(self):
-        self.main, self.in_build = threading.get_ident(), False
-        guards.count_torch_extensions(around=self.building)
+        # builds at import were done ahead by a compile worker; one in __init__ or a forward
+        # is host work the gate may stop anywhere
+        guards.count_torch_extensions(around=self.gate.building)
         triton = guards.count_triton_launches() if "triton" in (self.job["code"] or "") else []
         guards.track_thread_origins()
         self.tids0 = timing.thread_baseline()  # every thread, from compiled code too
