@@ -1732,6 +1732,45 @@ def test_kernelbench_verdict_is_not_asked_of_what_never_built_or_attacked_the_ev
     assert kernels.Evaluator._kernelbench(None, {}, dict(status="ok", reason="")) == {}  # not asked for
 
 
+def test_kernelbench_judging_makes_inputs_and_builds_as_host_work(tmp_path, monkeypatch):
+    """KernelBench's judging makes its inputs on the host (its convention: gigabytes on one core,
+    six times a record) and a candidate's extension builds inside the gate's host work, where
+    the Evaluator may stop the worker while another one times instead of waiting for it; and
+    the timed input set is made before the device is held alone, not while others wait."""
+    import contextlib
+    import types
+    import torch.utils.cpp_extension as cx
+    from kernels import kernelbench
+    seen, inside = [], []
+    probe = types.ModuleType("kb_probe")
+    probe.note = lambda what: seen.append((what, bool(inside)))
+    monkeypatch.setitem(sys.modules, "kb_probe", probe)
+    monkeypatch.setattr(cx, "load_inline", lambda *a, **k: probe.note("build"))
+    monkeypatch.setattr(cx, "load", cx.load)  # the judging wraps it: put back afterwards
+
+    class Gate(gate.Open):
+        @contextlib.contextmanager
+        def host_only(self, during_timing=False):
+            inside.append(1)
+            yield
+            inside.pop()
+
+        def building(self):
+            return self.host_only()
+
+        def acquire(self):
+            seen.append(("acquire", bool(inside)))
+    task = ("import torch, kb_probe\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+            "def get_inputs():\n    kb_probe.note('inputs')\n    return [torch.rand(4, 8)]\n"
+            "def get_init_inputs():\n    return []\n")
+    code = ("import torch\nimport torch.utils.cpp_extension as cx\ncx.load_inline('double')\n"
+            "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x + x\n")
+    res = kernelbench.kernelbench_job(dict(device="cpu", gate=Gate(), task_code=task, code=code, language="cuda",
+                                           workdir=str(tmp_path)))
+    assert res["status"] == "ok", res
+    assert seen == [("build", True)] + [("inputs", True)] * (kernelbench.TRIALS + 1) + [("acquire", False)], seen
+
+
 def test_bench_takes_release_records_that_bring_their_own_tasks(tmp_path, tasks):
     """bench.py --solutions with records in the CUDA-L1 release's layout (each with its own
     reference code) benchmarks them on their own tasks, as evaluate.py judges them."""

@@ -288,16 +288,17 @@ def remember_builds(folder):
     cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
 
 
-def count_torch_extensions(around=contextlib.nullcontext):
-    """Make KernelBench-style extensions count toward kernel_calls, like load_cuda's; each
-    build runs inside around() (harness.py: host work the GPU gate may stop anywhere)."""
+def count_torch_extensions(around=contextlib.nullcontext, count=True):
+    """Make KernelBench-style extensions count toward kernel_calls, like load_cuda's (count);
+    each build runs inside around() (gate.WorkerGate.building: host work the GPU gate may stop
+    anywhere)."""
     import torch.utils.cpp_extension as cx
 
     def wrap(fn):
         def loader(*args, **kwargs):
             with around():
                 m = fn(*args, **kwargs)
-            return Counted(m) if isinstance(m, types.ModuleType) else m
+            return Counted(m) if count and isinstance(m, types.ModuleType) else m
         return loader
     cx.load_inline, cx.load = wrap(cx.load_inline), wrap(cx.load)
 

@@ -15,7 +15,11 @@ Its convention, followed here on purpose, weaknesses included:
 - timing: 3 warm-up calls, then 100 calls on one input set, each between two CUDA events
   (the host clock on a CPU), the mean; the reference timed the same way; PyTorch's default
   flags. Here the timing has the GPU alone (gate.py); the trials share it with other
-  workers' checks, as KernelBench's own parallel evaluation does.
+  workers' checks, as KernelBench's own parallel evaluation does. What runs on the host only
+  (the models' constructors for the reference, the inputs, which KernelBench's tasks make on
+  the host, and a candidate's extension builds) is host work to the gate: another worker may
+  time meanwhile, where a gigabyte input set made on one core would otherwise hold every
+  timing on this GPU off for seconds, six times a record.
 
     kernelbench_job(job)   # in a run worker (worker.py), where job["kernelbench"] is set
 """
@@ -24,6 +28,7 @@ import time
 
 import torch
 
+from .guards import count_torch_extensions
 from .harness import _import_code, classify
 from .verdicts import Reject
 
@@ -109,6 +114,12 @@ def _judge(job, spent):
     dev = torch.device("cuda" if cuda else "cpu")
     gate = job["gate"]
     where = "loading"
+
+    def inputs(seed):
+        _seed(seed)
+        with gate.host_only():
+            xs = task["get_inputs"]()
+        return _to(xs, dev)
     try:
         with torch.no_grad():
             task = _exec(job["task_code"])
@@ -120,6 +131,7 @@ def _judge(job, spent):
             ref = ref.to(dev)
             gate.pause_point()
             where = "the candidate's import"
+            count_torch_extensions(around=gate.building, count=False)
             sol = _exec(job["code"]) if job.get("language") != "triton" else \
                 vars(_import_code(job["code"], "kernelbench_candidate", os.path.join(job["workdir"], "kernelbench_candidate.py")))
             gate.pause_point()
@@ -133,8 +145,7 @@ def _judge(job, spent):
             # kernels) would otherwise keep every other worker on this GPU waiting.
             for i, s in enumerate(seeds):
                 where = f"correctness trial {i + 1}"
-                _seed(s)
-                xs = _to(task["get_inputs"](), dev)
+                xs = inputs(s)
                 r = ref(*xs)
                 if cuda:
                     torch.cuda.synchronize()
@@ -146,13 +157,12 @@ def _judge(job, spent):
                 why = _agree(r, n)
                 if why:
                     return Reject("incorrect", "mismatch", f"{why} ({where})").result()
+            where = "timing"
+            xs = inputs(SEED)  # before the device is ours alone: nobody waits while the host works
             t0 = time.perf_counter()
             gate.acquire()  # the device alone from here, as for our own timing
             t1 = time.perf_counter()
             try:
-                where = "timing"
-                _seed(SEED)
-                xs = _to(task["get_inputs"](), dev)
                 ref_ms, new_ms = _time(ref, xs, cuda), _time(new, xs, cuda)
             finally:
                 spent.update(kb_wait=t1 - t0, kb_time=time.perf_counter() - t1)
