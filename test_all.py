@@ -970,7 +970,7 @@ class _Gated:
     def __init__(self, state, since, host=None, call=None, deadline=0.0, job_deadline=100.0):
         self.state, self.since, self.host, self.stopped, self.going_on = state, since, host, False, False
         self.call_limit, self.deadline, self.job_deadline, self.ticked, self.sharing = call, deadline, job_deadline, None, 1
-        self.told = []
+        self.told, self.blocked, self.blocking = [], 0.0, None
 
     held = gate.Running.held
 
@@ -991,7 +991,8 @@ def test_gate_defers_for_each_late_worker_within_a_bound(monkeypatch):
     """While one worker waits for the GPU, the paused ones go on whenever another is late in
     its call (a first call that autotunes), not only for the first late one: worker 0, late,
     then paused, goes on again while worker 2 is late in turn. After DEFER_FOR seconds of
-    waiting nobody goes on any more, so workers late in turn cannot put a timing off."""
+    waiting nobody goes on any more, so workers late in turn cannot put a timing off. The time
+    each late one kept the timing waiting is laid on it (Running.blocked)."""
     clock = [1000.0]
     monkeypatch.setattr(gate, "now", lambda: clock[0])
     w0, w1, w2 = _Gated("pausing", 999.0), _Gated("wait", 999.9), _Gated("paused", 999.9)
@@ -1007,6 +1008,7 @@ def test_gate_defers_for_each_late_worker_within_a_bound(monkeypatch):
     clock[0] += gate.DEFER_FOR  # w1 has waited long enough: no more going on for late ones
     gate.arbitrate([w0, w1, w2])
     assert w0.state == "paused" and w1.state == "wait"
+    assert (w0.blocked, w1.blocked, w2.blocked) == (0.0, 0.0, 1.0 + gate.DEFER_FOR)  # w2 late since it went on
     w2._set("paused")
     gate.arbitrate([w0, w1, w2])
     assert w1.state == "hold" and w1.told[-1] == b"G" and w0.stopped and w2.stopped
@@ -2062,7 +2064,8 @@ def test_reference_only_mode(cache, tasks):
 
 def test_report_shows_why_builds_failed_and_whole_paths(monkeypatch, capsys):
     """The table says only compile_error: the first compiler error lines print under it (the
-    build's framing and folder paths left out), and solution paths print whole."""
+    build's framing and folder paths left out), and solution paths print whole; the workers'
+    seconds print summed, with the time a worker kept a timing waiting (gate._blame)."""
     inline = ("RuntimeError: Error building extension 'k': [1/2] c++ -Werror -c <redacted>/ext/k/main.cpp -o main.o\n"
               "FAILED: [code=1] main.o\n<redacted>/ext/k/main.cpp: In function 'at::Tensor f(at::Tensor)':\n"
               "<redacted>/ext/k/main.cpp:2:50: error: 'nope' was not declared in this scope\n"
@@ -2075,7 +2078,8 @@ def test_report_shows_why_builds_failed_and_whole_paths(monkeypatch, capsys):
           V("gelu", "r.jsonl:2", "compile_error", "build_failed", "compilation failed", log=nvcc),
           V("gelu", "r.jsonl:3", "compile_error", "syntax_error", "syntax error at line 2: '(' was never closed"),
           V("gelu", "r.jsonl:4", "compile_error", "no_code", "the solution has no code"),
-          V("diag_matmul", path, "ok", speedup=2.0, ref_ms=2.0, new_ms=1.0)]
+          V("diag_matmul", path, "ok", speedup=2.0, ref_ms=2.0, new_ms=1.0,
+            seconds=dict(run=9.0, kernelbench=5.0, run_blocking=3.0, kernelbench_blocking=1.0, total=14.0))]
     monkeypatch.chdir(HERE)
     evaluate.report(vs)
     out = capsys.readouterr().out
@@ -2083,6 +2087,8 @@ def test_report_shows_why_builds_failed_and_whole_paths(monkeypatch, capsys):
     assert "  gelu r.jsonl:2: kernel.cu(1): error: problem 1\n      kernel.cu(2)" in out and "problem 4" not in out
     assert "r.jsonl:3: syntax error at line 2" in out and "r.jsonl:4:" not in out and "ninja" not in out
     assert " tasks/seeds/cpp/diag_matmul/fast.py " in out  # whole, not cut mid-word from the left
+    assert ("timings kept waiting by a worker not yet at a pause point: run 3 s, kernelbench 1 s; "
+            "longest: diag_matmul run 3.0 s, diag_matmul kernelbench 1.0 s") in out, out
     monkeypatch.chdir(os.path.join(HERE, "tasks"))
     evaluate.print_table(vs[-1:])
     assert " seeds/cpp/diag_matmul/fast.py " in capsys.readouterr().out

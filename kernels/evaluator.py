@@ -350,6 +350,8 @@ class Evaluator:
         sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
         res.setdefault("seconds", {})
         res["seconds"][self._step(r.item, r.kind)] = round(gate.now() - r.start, 3)
+        if r.blocked:  # the time it kept a timing on its GPU waiting (gate.arbitrate)
+            res["seconds"][self._step(r.item, r.kind) + "_blocking"] = round(r.blocked, 3)
         return res
 
     @staticmethod

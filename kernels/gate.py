@@ -216,6 +216,7 @@ class Running:
         self.host = None  # inside WorkerGate.host_only: "stop" (may be stopped anywhere), "run" (may go on)
         self.going_on = False  # let go on while a late one finishes its call (arbitrate)
         self.ticked, self.sharing = None, 1  # inside a candidate call since (share_clock), with how many
+        self.blocked, self.blocking = 0.0, None  # seconds it kept a waiting timing off; since (arbitrate)
         self.fd, self.buf = conn.fileno(), b""
         os.set_blocking(self.fd, False)
 
@@ -395,6 +396,13 @@ class Host:
 
 
 def arbitrate(workers, host=None):
+    """The protocol's next step for one GPU's workers (_arbitrate), then who kept a timing
+    waiting meanwhile (_blame)."""
+    _arbitrate(workers, host)
+    _blame(workers)
+
+
+def _arbitrate(workers, host=None):
     """One GPU's workers (their run jobs) -> the next step of the protocol: while one waits
     for the GPU or holds it, every other one is asked to pause; the first one waiting gets
     the GPU once all others are paused, waiting themselves or in host-only work, and they
@@ -449,6 +457,19 @@ def arbitrate(workers, host=None):
     first.stop(False)
     first._set("hold")
     first.tell(b"G")
+
+
+def _blame(workers):
+    """Seconds each worker kept a timing waiting, asked to pause and not yet at a pause point
+    (Running.blocked, in its verdict's seconds as `<step>_blocking`): where a run's GPU time
+    goes while nobody times. Each stretch from one call to the next is laid on the workers
+    that were in the way at the end of the first."""
+    t = now()
+    someone_waits = any(w.state == "wait" for w in workers) and not any(w.state == "hold" for w in workers)
+    for w in workers:
+        if w.blocking is not None:
+            w.blocked += t - w.blocking
+        w.blocking = t if someone_waits and w.state == "pausing" and not w.host else None
 
 
 def share_clock(workers):
