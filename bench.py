@@ -27,6 +27,7 @@ Stability: each candidate's speedup from two runs, each in fresh workers; the re
 difference per candidate and its median over the suite.
 Results go to out/bench/<what>-<backend>.json.
 """
+import collections
 import json
 import os
 import shutil
@@ -537,7 +538,8 @@ def step_bench(cfg):
             f"{f('step_s', 7)} {f('judge_real_s', 12)} {f('step_real_s', 12)}", flush=True)
         if "overlap_s" in row:
             say(f"       --overlap, {row['judged']} seeds judged a step ({row['ok']} ok): {row['sequential_s']:.2f} s a step one part after "
-                f"another, {row['overlap_s']:.2f} s overlapped (of which {row['wait_s']:.2f} s waiting for the judging)")
+                f"another, {row['overlap_s']:.2f} s overlapped (of which {row['wait_s']:.2f} s waiting for the judging); "
+                f"not ok of {row['rounds'] * row['judged']}: {row['failed'] or 'none'}")
     say("(the table's step: sampling, then judging, then the update, nothing overlapped)")
     common.dist_teardown()
     return dict(judge_per_min=60 * per_s, seeds=len(judged), rows=rows)
@@ -555,11 +557,14 @@ def overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs, n=2):
     k = len(msgs) * c["crl_samples"]
     fresh = lambda j: [(t, f"{sol.code}\n# bench step {j}, candidate {i}\n") for i, (t, sol) in enumerate((pairs * k)[:k])]
     rand = lambda: torch.rand(k).tolist()
+    failed = collections.Counter()  # beside the policy's memory: what fails that did not alone
     t0 = time.time()
     for j in range(n):
         with ev.host_gpu():
             s = grpo.sample(c, smp, tok, msgs)
-        ok = sum(v.ok for v in ev.evaluate(fresh(j), progress=False))
+        judged = ev.evaluate(fresh(j), progress=False)
+        ok = sum(v.ok for v in judged)
+        failed.update(f"{v.status}/{v.reason}" for v in judged if not v.ok)
         with ev.host_gpu():
             grpo.learn(c, model, ref, opt, tok, s, rand(), 1)
     seq = (time.time() - t0) / n
@@ -567,7 +572,9 @@ def overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs, n=2):
         s = grpo.sample(c, smp, tok, msgs)
     t0, wait = time.time(), 0.0
     for j in range(n):
-        th = threading.Thread(target=ev.evaluate, args=(fresh(n + j),), kwargs=dict(progress=False))
+        judge = lambda j=j: failed.update(f"{v.status}/{v.reason}" for v in ev.evaluate(fresh(n + j), progress=False)
+                                          if not v.ok)
+        th = threading.Thread(target=judge)
         th.start()
         with ev.host_gpu():
             nxt = grpo.sample(c, smp, tok, msgs)
@@ -577,7 +584,8 @@ def overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs, n=2):
         with ev.host_gpu():
             grpo.learn(c, model, ref, opt, tok, s, rand(), 1, stale=True)
         s = nxt
-    return dict(judged=k, sequential_s=seq, overlap_s=(time.time() - t0) / n, wait_s=wait / n, ok=ok)
+    return dict(judged=k, sequential_s=seq, overlap_s=(time.time() - t0) / n, wait_s=wait / n, ok=ok, failed=dict(failed),
+                rounds=2 * n)
 
 
 def run(cfg):
