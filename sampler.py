@@ -27,7 +27,6 @@ import math
 import warnings
 
 import torch
-import torch._dynamo
 import torch.nn.functional as F
 
 try:  # the decode attention kernel (split_kv_attention); without Triton, SDPA does that work

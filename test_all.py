@@ -278,10 +278,19 @@ def test_readme_is_a_manual_and_pointers_name_real_sections():
 
 def test_workers_and_candidates_import_no_transformers():
     """The forkserver preloads kernels.worker (and with it the harness, timing, the package);
-    candidates import kernels. None may pull in transformers, or every worker would pay for it."""
+    candidates import kernels; every worker runs the main script's imports again. None may pull
+    in transformers or torch's compiler, or every worker would pay for it."""
     code = "import sys, kernels.worker, kernels, taskset; print(sorted(m for m in sys.modules if m.startswith('transformers')))"
     r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+    # Python's forkserver runs the parent's main script again in every worker it forks (as
+    # __mp_main__: its preload of "__main__" never takes effect), so a script's module-level
+    # imports are paid per worker: torch._dynamo (through sampler.py) cost 1.2 s of each.
+    for script in ("crl.py", "evaluate.py", "sft.py", "selftrain.py", "bench.py"):
+        code = ("import sys, runpy, torch, kernels.worker; runpy.run_path(%r, run_name='__mp_main__'); "
+                "print(sorted(m for m in sys.modules if m.startswith(('transformers', 'torch._dynamo', 'peft'))))" % script)
+        r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout.strip() == "[]", (script, r.stdout + r.stderr)
 
 
 def test_median_is_the_true_median():
