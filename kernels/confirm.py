@@ -113,7 +113,7 @@ def confirm_job(job):
             h.sync()
             del xs
             h.gate.pause_point()
-            timing.settle_children(h.gate.pause_point)
+            timing.settle_children(h.gate.pause_point, h.cfg["settle_seconds"])
             h.gate.acquire()  # the GPU alone, as for the first timing
             t1, paused = h.clock(), h.gate.paused  # (release, below, pauses too: not loading)
             try:

@@ -576,7 +576,7 @@ def run_job(job):
             t2, p2, wait = h.clock(), h.gate.paused, 0.0
             t3 = t2
             if cfg["time_candidates"]:
-                if (waited := timing.settle_children(h.gate.pause_point)) > 1.0:
+                if (waited := timing.settle_children(h.gate.pause_point, cfg["settle_seconds"])) > 1.0:
                     h.notes.append(f"timed after its processes went idle ({waited:.1f} s)")
                 h.gate.acquire()  # the GPU alone from here to release: no other worker runs on it
                 wait = h.clock() - t2

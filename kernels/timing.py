@@ -35,7 +35,6 @@ THREAD_LIMIT, THREAD_SHARE = 0.25, 0.1
 # Cores' worth of CPU that processes the candidate started may use while it is timed
 # (ChildWatch, both programs' calls together); more is rejected/child_process.
 CHILD_LIMIT = 0.05
-SETTLE_S = 30.0  # the longest wait for those processes to go idle before timing (settle_children)
 SPOT_CHECKS = 3  # timed calls of the candidate whose outputs are checked afterwards (run_timing)
 # captured before any candidate runs
 _PROCESS_TIME, _MONOTONIC, _SLEEP, _CLOCK = time.process_time, time.monotonic, time.sleep, time.clock_gettime
@@ -179,11 +178,11 @@ def children_cpu(alive=None):
     return total
 
 
-def settle_children(pause_point, limit=SETTLE_S, window=0.25):
+def settle_children(pause_point, limit, window=0.25):
     """Before timing, wait until the processes the candidate started are idle, at most
     `limit` seconds: torch.compile starts its pool of compile workers in the background, and
     each imports torch (seconds of CPU) while the timing would run. Work that goes on past
-    the limit is ChildWatch's to judge. pause_point is called each window (a GPU worker
+    the limit (--settle_seconds) is ChildWatch's to judge. pause_point is called each window (a GPU worker
     must answer the gate while it waits). -> seconds waited (no sleep without live children)."""
     alive, t0 = [], _MONOTONIC()
     cpu = children_cpu(alive)
