@@ -792,7 +792,8 @@ def test_settle_children_waits_for_a_busy_child_to_go_idle_and_no_longer():
     """timing.settle_children: idle children, one short window; a child busy for a while (torch.compile's
     workers importing torch) is waited for until it idles; one busy for ever, up to the limit."""
     from kernels import timing
-    assert timing.settle_children(lambda: None) < 0.6  # idle children (a forkserver, say): one window
+    timing.settle_children(lambda: None, 30.0)  # a forkserver an earlier test just started imports torch
+    assert timing.settle_children(lambda: None, 30.0) < 0.6  # idle children (a forkserver, say): one window
     busy = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {}: pass\ntime.sleep(60)\n"
     for seconds, limit, low, high in ((1.0, 30.0, 0.6, 15.0), (600, 1.5, 1.5, 4.0)):
         child = subprocess.Popen([sys.executable, "-c", busy.format(seconds)])
@@ -1226,7 +1227,8 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
     honest/), in batches by the options they need, with an honest seed after them: a crash or
     a hang must not spoil the next evaluation. Each must get its EXPECT verdict, and the
     verdict flags (FLAGS) and global settings (SET_FLAGS) it names."""
-    honest = open(os.path.join(HERE, "tasks", "seeds", config.pick_language("auto", backend), "swish_bias", "fast.py")).read()
+    # below confirm_speedup: no second timing to wait for, and none that a loaded machine can disturb
+    honest = open(os.path.join(HERE, "tasks", "seeds", config.pick_language("auto", backend), "gelu", "fast.py")).read()
     groups = {}
     missing = set(sandbox.probe())  # a sandbox hack needs its protection (NEEDS); the machine may refuse it
     if backend == "cuda" and "network, CUDA run workers" in missing:
@@ -1249,7 +1251,7 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
         opts = dict(dict(static_check=False), **dict(ast.literal_eval(key)))
         with make_eval(cache, backend, **opts) as ev:
             server = server or forkserver._forkserver._forkserver_pid
-            vs = ev.evaluate([(tasks[m["TASK"]], code) for _, code, m in items] + [(tasks["swish_bias"], honest)])
+            vs = ev.evaluate([(tasks[m["TASK"]], code) for _, code, m in items] + [(tasks["gelu"], honest)])
         for (f, _, meta), v in zip(items, vs):
             if SECRET in v.message + v.log:
                 failures.append(f"{os.path.basename(f)}: the parent's secret is in its verdict")
