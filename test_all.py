@@ -286,11 +286,12 @@ def test_workers_and_candidates_import_no_transformers():
     # Python's forkserver runs the parent's main script again in every worker it forks (as
     # __mp_main__: its preload of "__main__" never takes effect), so a script's module-level
     # imports are paid per worker: torch._dynamo (through sampler.py) cost 1.2 s of each.
-    for script in ("crl.py", "evaluate.py", "sft.py", "selftrain.py", "bench.py"):
-        code = ("import sys, runpy, torch, kernels.worker; runpy.run_path(%r, run_name='__mp_main__'); "
-                "print(sorted(m for m in sys.modules if m.startswith(('transformers', 'torch._dynamo', 'peft'))))" % script)
-        r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True)
-        assert r.returncode == 0 and r.stdout.strip() == "[]", (script, r.stdout + r.stderr)
+    code = ("import sys, runpy, torch, kernels.worker\n"
+            "for script in ('crl.py', 'evaluate.py', 'sft.py', 'selftrain.py', 'bench.py'):\n"
+            "    runpy.run_path(script, run_name='__mp_main__')\n"
+            "    print(script, sorted(m for m in sys.modules if m.startswith(('transformers', 'torch._dynamo', 'peft'))))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.count(" []") == 5, r.stdout + r.stderr
 
 
 def test_median_is_the_true_median():
@@ -1224,11 +1225,12 @@ def hack_files(backend, folder="hacks"):
 
 def run_hacks(cache, tasks, backend, folder="hacks"):
     """Every candidate of a folder (the adversarial ones in hacks/, the honest ones in
-    honest/), in batches by the options they need, with an honest seed after them: a crash or
-    a hang must not spoil the next evaluation. Each must get its EXPECT verdict, and the
+    honest/), in batches by the options they need, the hacks with an honest seed after them: a
+    crash or a hang must not spoil the next evaluation. Each must get its EXPECT verdict, and the
     verdict flags (FLAGS) and global settings (SET_FLAGS) it names."""
-    # below confirm_speedup: no second timing to wait for, and none that a loaded machine can disturb
-    honest = open(os.path.join(HERE, "tasks", "seeds", config.pick_language("auto", backend), "gelu", "fast.py")).read()
+    # a slow seed (0.06x on the CPU): far below confirm_speedup, so no second timing to wait for,
+    # and none that a loaded machine can disturb into `unconfirmed`
+    honest = open(os.path.join(HERE, "tasks", "seeds", config.pick_language("auto", backend), "gelu", "naive.py")).read()
     groups = {}
     missing = set(sandbox.probe())  # a sandbox hack needs its protection (NEEDS); the machine may refuse it
     if backend == "cuda" and "network, CUDA run workers" in missing:
@@ -1251,7 +1253,9 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
         opts = dict(dict(static_check=False), **dict(ast.literal_eval(key)))
         with make_eval(cache, backend, **opts) as ev:
             server = server or forkserver._forkserver._forkserver_pid
-            vs = ev.evaluate([(tasks[m["TASK"]], code) for _, code, m in items] + [(tasks["gelu"], honest)])
+            # after the hacks, an honest candidate: what they did must not spoil the next one
+            after = [(tasks["gelu"], honest)] if folder == "hacks" else []
+            vs = ev.evaluate([(tasks[m["TASK"]], code) for _, code, m in items] + after)
         for (f, _, meta), v in zip(items, vs):
             if SECRET in v.message + v.log:
                 failures.append(f"{os.path.basename(f)}: the parent's secret is in its verdict")
@@ -1269,7 +1273,7 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
             elif not set(meta.get("FLAGS", [])) <= set(v.flags) or not set(meta.get("SET_FLAGS", [])) <= set(v.set_flags):
                 failures.append(f"{os.path.basename(f)}: expected flags {meta.get('FLAGS')} and settings "
                                 f"{meta.get('SET_FLAGS')}, got {v.flags} and {v.set_flags}")
-        if not vs[-1].ok:
+        if after and not vs[-1].ok:
             failures.append(f"honest candidate after {key}: {vs[-1].status}/{vs[-1].reason}: {vs[-1].message}")
     if os.path.exists(marker):
         failures.append("a worker's message ran code in the evaluator's process")
@@ -1660,10 +1664,8 @@ def test_load_inline_solution(cache, tasks, backend):
     """KernelBench-style load_inline solutions work unchanged (one slow torch build). This one
     builds in its constructor, as many published kernels do: the build runs in the compile
     job (harness._construct_ahead), not in the worker that checks and times."""
-    code = bench.INLINE[backend].replace("\next = load_inline(", "\ndef build():\n    return load_inline(").replace(
-        "class ModelNew(nn.Module):\n", "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-        "        global ext\n        ext = build()\n\n")
-    assert "ext = build()" in code and "def build()" in code
+    code = bench.INLINE[backend]  # the bench's build-time comparison: then built once in a session
+    assert "self.ext = load_inline(" in code
     with make_eval(cache, backend, require_kernel=True) as ev:
         [v] = ev.evaluate([(tasks["gelu"], code)])
     assert v.ok, f"{v.status}/{v.reason}: {v.message}\n{v.log}"
