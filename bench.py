@@ -565,13 +565,16 @@ def overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs, n=2):
     fresh = lambda j: [(t, f"{sol.code}\n# bench step {j}, candidate {i}\n") for i, (t, sol) in enumerate((pairs * k)[:k])]
     rand = lambda: torch.rand(k).tolist()
     failed = collections.Counter()  # beside the policy's memory: what fails that did not alone
+
+    def tally(j):  # judge step j's candidates -> how many are ok; the others' reasons counted
+        judged = ev.evaluate(fresh(j), progress=False)
+        failed.update(f"{v.status}/{v.reason}" for v in judged if not v.ok)
+        return sum(v.ok for v in judged)
     t0 = time.time()
     for j in range(n):
         with ev.host_gpu():
             s = grpo.sample(c, smp, tok, msgs)
-        judged = ev.evaluate(fresh(j), progress=False)
-        ok = sum(v.ok for v in judged)
-        failed.update(f"{v.status}/{v.reason}" for v in judged if not v.ok)
+        ok = tally(j)
         with ev.host_gpu():
             grpo.learn(c, model, ref, opt, tok, s, rand(), 1)
     seq = (time.time() - t0) / n
@@ -579,9 +582,7 @@ def overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs, n=2):
         s = grpo.sample(c, smp, tok, msgs)
     t0, wait = time.time(), 0.0
     for j in range(n):
-        judge = lambda j=j: failed.update(f"{v.status}/{v.reason}" for v in ev.evaluate(fresh(n + j), progress=False)
-                                          if not v.ok)
-        th = threading.Thread(target=judge)
+        th = threading.Thread(target=tally, args=(n + j,))
         th.start()
         with ev.host_gpu():
             nxt = grpo.sample(c, smp, tok, msgs)

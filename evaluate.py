@@ -167,10 +167,10 @@ def report(verdicts):
         print("worker seconds, summed over candidates: " + ", ".join(parts) +
               (f" (in run: {', '.join(inner)})" if inner else "") +
               (f" (in kernelbench: {', '.join(kb)})" if kb else ""))
-        held = {k[:-9]: sec for k, sec in spent.items() if k.endswith("_blocking")}
+        held = {k.removesuffix("_blocking"): sec for k, sec in spent.items() if k.endswith("_blocking")}
         if held:  # a timing waits for every other worker on its GPU to reach a pause point
-            worst = sorted(((sec, f"{v.task} {k[:-9]}") for v in verdicts for k, sec in v.seconds.items()
-                            if k.endswith("_blocking")), reverse=True)[:5]
+            worst = sorted(((sec, f"{v.task} {k.removesuffix('_blocking')}") for v in verdicts
+                            for k, sec in v.seconds.items() if k.endswith("_blocking")), reverse=True)[:5]
             print("timings kept waiting by a worker not yet at a pause point: " +
                   ", ".join(f"{k} {sec:.0f} s" for k, sec in held.items()) +
                   "; longest: " + ", ".join(f"{name} {sec:.1f} s" for sec, name in worst))

@@ -64,15 +64,15 @@ def rel_err(out, ref):
 
 
 def rel_errs(ref, *outs):
-    """rel_err of each of outs against one reference -> [max error]."""
-    return [e for e, _ in errors(ref, *outs)]
+    """rel_err of each of outs against one reference -> [max error] (no mean errors summed)."""
+    return [e for e, _ in errors(ref, *outs, means=False)]
 
 
-def errors(ref, *outs):
+def errors(ref, *outs, means=True):
     """Each of outs against one reference -> [(rel_err, mean error)], the mean error being
-    sum |out_i - ref_i| / sum |ref_i| over the reference's finite elements (the mean, the
-    conversions and the reads shared), chunked, so that comparing gigabyte outputs stays small in memory and cheap in memory
-    traffic. The arithmetic is float64 where an output is float64, else float32: rounding
+    sum |out_i - ref_i| / sum |ref_i| over the reference's finite elements (0.0 unless
+    `means`), the mean |ref|, the conversions and the reads shared, chunked, so that
+    comparing gigabyte outputs stays small in memory and cheap in memory traffic. The arithmetic is float64 where an output is float64, else float32: rounding
     the float64 reference to float32 moves an error by about 6e-8, far below the smallest
     tolerance a float32 output is held to (1e-4). Two synchronizes in all (three where the
     reference has NaN/inf): on a GPU shared with other workers each one also waits for theirs."""
@@ -106,19 +106,21 @@ def errors(ref, *outs):
             oc = o[i:i + _CHUNK].to(wd)
             a = (oc - rc).abs_()
             if fin is None:  # a finite reference: NaN/inf in out make the maximum NaN/inf
-                sums[k] += a.sum(dtype=torch.float64)
+                if means:
+                    sums[k] += a.sum(dtype=torch.float64)
                 d = a.div_(den)
             else:  # NaN/inf in out must sit where ref has the same ones
                 bad = ((oc.nan_to_num(0.5, 1.5, -1.5) != rc.nan_to_num(0.5, 1.5, -1.5)) & ~fin).any() \
                     | (~oc.isfinite() & fin).any()
                 a = a.where(fin, 0)
-                sums[k] += a.sum(dtype=torch.float64)
+                if means:
+                    sums[k] += a.sum(dtype=torch.float64)
                 d = a.div_(den).where(fin, 0).where(~bad, float("inf"))
             worst[k] = torch.maximum(worst[k], d.max())
     mx = [w if w == w else float("inf") for w in torch.stack(worst).tolist()]  # NaN: a NaN in out
     # (a NaN sum: NaN in out where the reference is finite, already inf in mx)
-    means = [(m / (scale * count) if m == m else float("inf")) if count else 0.0 for m in torch.stack(sums).tolist()]
-    return list(zip(mx, means))
+    mean = [(m / (scale * count) if m == m else float("inf")) if count else 0.0 for m in torch.stack(sums).tolist()]
+    return list(zip(mx, mean))
 
 
 def _bits(t):

@@ -348,10 +348,10 @@ class Evaluator:
                                          f"{', '.join(names[:6])}" for p, names in bad[:3])
                              + " (processes, signals, raw system calls, loaded code, sockets: no kernel needs them)").result()
         sandbox.redact_result(res)  # a secret a candidate found stays out of the verdict
-        res.setdefault("seconds", {})
-        res["seconds"][self._step(r.item, r.kind)] = round(gate.now() - r.start, 3)
+        step = self._step(r.item, r.kind)
+        res.setdefault("seconds", {})[step] = round(gate.now() - r.start, 3)
         if r.blocked:  # the time it kept a timing on its GPU waiting (gate.arbitrate)
-            res["seconds"][self._step(r.item, r.kind) + "_blocking"] = round(r.blocked, 3)
+            res["seconds"][step + "_blocking"] = round(r.blocked, 3)
         return res
 
     @staticmethod
