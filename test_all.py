@@ -1642,6 +1642,20 @@ def test_no_candidate_is_timed_during_the_hosts_own_work(cache, tasks):
         assert not th.is_alive()
 
 
+def test_the_hosts_cached_device_memory_goes_back_after_its_work(cache, monkeypatch):
+    """Stage 3's sampling and update beside judging: after each, the policy's allocator cache
+    (tens of GB after an update) goes back to the device. On the H100, 15 of 96 seeds judged
+    beside a resident 1.5B policy ran out of memory without this (24 of 24 alone)."""
+    freed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: freed.append(1))
+    with make_eval(cache, "cpu") as ev:
+        with ev.host_gpu():
+            assert not freed
+        assert freed == [1]
+
+
 @gpu
 @needs_cuda
 def test_seeds_pass_cuda(cache, tasks):

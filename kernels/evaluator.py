@@ -172,11 +172,17 @@ class Evaluator:
     def host_gpu(self):
         """The caller's own work on the device (sampling, an update) while another thread
         judges: it starts once no candidate is being timed, and none is timed until it ends
-        (gate.Host). Builds and checks go on beside it."""
+        (gate.Host). Builds and checks go on beside it. On the way out the caller's cached
+        device memory goes back to the device (an update of 1.5B parameters caches about 40 GB
+        after its peak): the workers checking beside it would otherwise run out of memory,
+        and an honest candidate would get reward 0 for it."""
         self.host.acquire()
         try:
             yield
         finally:
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
             self.host.release()
 
     def cancel(self):
