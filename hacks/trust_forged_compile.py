@@ -8,6 +8,8 @@ import sys
 
 import torch
 import torch.nn as nn
+from torch.utils import cpp_extension  # noqa: F401  code that names a build gets a compile job
+
 
 EXPECT = "rejected/protocol"
 TASK = "gelu"

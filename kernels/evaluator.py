@@ -4,6 +4,7 @@ and turns what they report into Verdicts. Candidate code never runs in this proc
     with kernels.Evaluator(config.parse([])) as ev:
         [v] = ev.evaluate([(task, code)])       # v.status, v.reason, v.speedup, v.log ...
 """
+import ast
 import contextlib
 import os
 import shutil
@@ -41,6 +42,16 @@ def target(cfg):
     devices = config.LANGUAGES[cfg["language"]] if by_language else ()
     device = pick_backend(devices[0] if len(devices) == 1 else cfg["backend"])
     return device, config.pick_language(cfg["language"], device)
+
+
+def _parses(code):
+    """Whether candidate code is valid Python (parsed here, never run: the static check
+    parses it here too). One that is not goes to a compile job, which reports the error."""
+    try:
+        ast.parse(code)
+        return True
+    except Exception:
+        return False
 
 
 def _tail(path, n=3000):
@@ -248,7 +259,8 @@ class Evaluator:
             r.trace = self.trace
         else:
             parent, child = self.ctx.Pipe(duplex=False)
-            proc = self.ctx.Process(target=self.worker.child_main, args=(kind, child, job), daemon=True)
+            proc = self.ctx.Process(target=self.worker.child_main, args=(kind, child, job), daemon=True,
+                                    name=f"{sandbox.WORKER_NAME}-{kind}")
             proc.start()
             child.close()
             r = gate.Running(kind, item, proc, parent, gate.now() + timeout, slot, job["log"],
@@ -279,7 +291,8 @@ class Evaluator:
         env = dict(self.env, CUDA_VISIBLE_DEVICES=gate.physical_gpu(self.gpus[g]))
         parent, child = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(target=self.worker.standby_main,
-                                args=(child, env, self.check_cores[g], self.pid_namespace), daemon=True)
+                                args=(child, env, self.check_cores[g], self.pid_namespace), daemon=True,
+                                name=f"{sandbox.WORKER_NAME}-standby")
         proc.start()
         child.close()
         return proc, parent
@@ -483,6 +496,8 @@ class Evaluator:
         # first, so that none of them is the last job to begin (longest first shortens the tail)
         todo = sorted((it for it in items.values() if it["res"] is None),
                       key=lambda it: not static.TORCH_BUILDS.search(it["code"]))
+        for it in todo:  # nothing to build (and it parses): no compile job, a worker's start saved
+            it["phase"] = "compile" if static.BUILDS.search(it["code"]) or not _parses(it["code"]) else "run"
         self._schedule(todo, ["compile", "run"], progress, desc, landed=lambda it: finish(it["key"], it))
         return verdicts
 
@@ -516,7 +531,8 @@ class Evaluator:
             from tqdm import tqdm
             bar = tqdm(total=len(items), desc=desc, unit="cand", dynamic_ncols=True)
         queues = {p: collections.deque() for p in phases}
-        queues[phases[0]].extend(items)
+        for it in items:  # an item may start at a later phase (evaluate: nothing to build)
+            queues[it.get("phase", phases[0])].append(it)
         for it in items:
             it["seconds"] = {}
         free = list(range(len(self.slots)))

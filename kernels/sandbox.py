@@ -98,12 +98,34 @@ def redact_result(res):
 WORKER_TUNABLES = "glibc.malloc.tcache_count=0"
 
 
+WORKER_NAME = "cudal1-worker"  # the name of every evaluator worker process (evaluator.py)
+
+
+def _without_main(prepare):
+    """multiprocessing's preparation data for a new process, less the parent's main script
+    where the process is one of our workers: a forked worker would otherwise run that script
+    again as __mp_main__ (the `pytest` script imports pytest; evaluate.py its imports), a few
+    tenths of a second of every job, for nothing: a worker's target and arguments live in
+    kernels.worker. (The forkserver's own __main__ preload, which would make that run once,
+    never takes effect on Python 3.11.)"""
+    def prep(name):
+        d = prepare(name)
+        if name.startswith(WORKER_NAME):
+            d.pop("init_main_from_path", None)
+            d.pop("init_main_from_name", None)
+        return d
+    prep.wrapped = prepare
+    return prep
+
+
 def start_forkserver():
     """Start multiprocessing's forkserver (once per process) with the minimal environment,
     so the workers it forks, and /proc/<worker>/environ, hold no secret of this process, and
     WORKER_TUNABLES; say once which protections this machine refuses."""
     import sys
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, spawn
+    if not hasattr(spawn.get_preparation_data, "wrapped"):
+        spawn.get_preparation_data = _without_main(spawn.get_preparation_data)
     saved = os.environ.copy()
     os.environ.clear()
     os.environ.update(minimal_env(saved), GLIBC_TUNABLES=WORKER_TUNABLES)

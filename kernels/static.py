@@ -16,6 +16,11 @@ import re
 # A candidate that builds through torch's extension loader (a minute or more a build, where
 # ours take seconds): read by the worker (a build is not run twice) and the scheduler.
 TORCH_BUILDS = re.compile(r"cpp_extension|load_inline")
+# Any build at import or construction, ours (kernels.load_cpp/load_cuda) or torch's: code that
+# names none has nothing for a compile job to do, so its run job imports it directly
+# (Evaluator.evaluate). Only scheduling depends on it: code that builds some other way
+# builds in its run job instead, which costs that job the time.
+BUILDS = re.compile(r"load_cpp|load_cuda|cpp_extension|load_inline")
 
 # Fully qualified names (after resolving the candidate's imports) a candidate may not touch.
 FORBIDDEN = {
