@@ -1166,7 +1166,7 @@ def test_tolerance_scales_with_an_ill_conditioned_reference():
     r64 = x.cumsum(0)
     r32 = x.float().cumsum(0)
     err_ref = correctness.rel_err(r32, r64)
-    _, tol = correctness.compare(r32.clone(), r32, r64, False, "t")
+    tol = correctness.compare(r32.clone(), r32, r64, False, "t").tol
     assert tol == max(1e-4, 10 * err_ref)
 
 
@@ -1186,7 +1186,8 @@ def test_a_wrong_function_fails_where_the_tolerance_comes_from_a_few_bad_element
     assert err < 10 * correctness.rel_err(r32, x) and mean > 20 * correctness.errors(x, r32)[0][1]
     with pytest.raises(kernels.Reject, match="mean error"):
         correctness.compare(wrong, r32, x, False, "t")
-    correctness.compare((x * (1 + 1e-6)).float(), r32, x, False, "t")  # an honest float32 rounding passes
+    honest = correctness.compare((x * (1 + 1e-6)).float(), r32, x, False, "t")  # an honest float32 rounding passes
+    assert 0 < honest.mean < honest.mean_tol  # what the verdict keeps: how near it came to the bound
     w = torch.randn(1 << 18, generator=g, dtype=torch.float64)
     blocks = w.float().view(-1, 512).cumsum(1)
     blocked = (blocks + blocks[:, -1].cumsum(0).roll(1).index_fill(0, torch.tensor([0]), 0)[:, None]).reshape(-1)
@@ -1591,6 +1592,7 @@ def check_seeds(cache, tasks, backend, language="auto"):
     for v in vs:  # the always-zero task, and only it, is flagged
         assert ("input_independent" in v.flags) == (v.task == "gemm_max_subtract_gelu"), v.solution
         assert v.kernel_calls > 0, f"{v.solution} never calls its own kernel"
+        assert v.mean_err is not None and v.mean_err <= v.mean_tol, (v.solution, v.mean_err, v.mean_tol)
         # a large speedup is timed twice (kernels/confirm.py); an honest one agrees with itself
         assert (v.confirmed is not None) == (v.speedup >= 1.5), (v.solution, v.speedup, v.confirmed)
     assert any(v.confirmed for v in vs), "no seed was fast enough to be timed a second time"

@@ -22,7 +22,7 @@ def run_checks(h):
     last seed's sets after its first are drawn from other distributions (DISTRIBUTIONS).
     -> (ref, new, ref64) of the first seed, for timing and the check after it."""
     cfg = h.cfg
-    errs, tols, constant, kept = [], [], True, None
+    errs, tols, means, constant, kept = [], [], [], True, None
     seeds = h.seeds()[1:]
     for s, seed in enumerate(seeds):
         h.gate.pause_point()
@@ -93,15 +93,15 @@ def run_checks(h):
                     raise Reject("rejected", "cached_output", "output repeats an earlier call's result for "
                                  f"different inputs: results cached across calls ({where})")
             try:
-                err, tol = correctness.compare(out, r32, r64, cfg["allow_lowp"], where)
+                agree = correctness.compare(out, r32, r64, cfg["allow_lowp"], where)
             except Reject as failure:
                 if draw and failure.reason in ("mismatch", "nan", "precision"):
                     distribution_shortcut(h, failure, where)
-                    err, tol = None, None
+                    agree = None
                 elif failure.reason != "mismatch" or retried:
                     raise
                 else:
-                    new, err, tol = with_reference_weights(h, ref, seed, clones, r32, r64, where, failure)
+                    new, agree = with_reference_weights(h, ref, seed, clones, r32, r64, where, failure)
                     retried = True
             # right, but the output is an input handed back: right only where the op is the
             # identity on these inputs (a ReLU of torch.rand), so no work was done; the
@@ -111,9 +111,10 @@ def run_checks(h):
                              f"reference computes a new tensor: the work was skipped ({where})")
             if any(t.untyped_storage().data_ptr() in a for _, a in held for t in tensors(out) if t.numel()):
                 reused_output(h, where)
-            if err is not None:
-                errs.append(err)
-                tols.append(tol)
+            if agree is not None:
+                errs.append(agree.err)
+                tols.append(agree.tol)
+                means.append(agree)
             if not draw:  # constant on the task's own inputs (other distributions may move it)
                 constant &= all(correctness.same_fingerprint(rp, pr) for _, pr, d in prints if not d)
             prints.append((fp, rp, draw))
@@ -124,6 +125,8 @@ def run_checks(h):
             kept, h.ref_state = (ref, new, ref64), states[0]
         del ref64, held
     h.max_err, h.tol = max(errs), min(tols)
+    worst = max(means, key=lambda a: a.mean / a.mean_tol if a.mean_tol else 0.0)
+    h.mean_err, h.mean_tol = worst.mean, worst.mean_tol
     # kernels it registered for the reference's ops (at import or in a call) would have made
     # the reference's outputs, not only its speed, the candidate's own
     h.integrity("the checks", dispatch=True)
@@ -180,7 +183,7 @@ def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
     try:
         with correctness.poisoned(h.out_specs, h.dev):
             out = h.forward(new, xs, where)
-        err, tol = correctness.compare(out, r32, r64, h.cfg["allow_lowp"], where)
+        agree = correctness.compare(out, r32, r64, h.cfg["allow_lowp"], where)
     except Reject:
         raise failure from None
     if not h.cfg["allow_init_mismatch"]:
@@ -191,7 +194,7 @@ def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
                      f"(or accept this with --allow_init_mismatch) ({where})")
     if "init_mismatch" not in h.flags:
         h.flags.append("init_mismatch")
-    return new, err, tol
+    return new, agree
 
 
 def _storage_shared(out, xs):

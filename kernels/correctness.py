@@ -2,13 +2,14 @@
 float64. Pure tensor functions, called by the worker (harness.py) and by the tests; nothing
 here runs candidate code.
 
-    err, tol = correctness.compare(out, ref32, ref64, allow_lowp=False, where="seed 0")  # or raises Reject
+    err, tol, mean, mean_tol = correctness.compare(out, ref32, ref64, allow_lowp=False, where="seed 0")  # or raises Reject
 """
 import contextlib
 import copy
 import ctypes
 import functools
 import math
+import typing
 
 import torch
 
@@ -192,19 +193,29 @@ def plain_tensors(out):
                          f"output is a {type(t).__name__}, a torch.Tensor subclass (lazy or deferred output)")
 
 
+class Agreement(typing.NamedTuple):
+    """compare's result: the worst relative error and its tolerance, the mean error and its
+    bound (the verdict keeps both pairs: how close an accepted candidate came to each)."""
+    err: float
+    tol: float
+    mean: float = 0.0
+    mean_tol: float = 0.0
+
+
 def compare(out, ref32, ref64, allow_lowp, where):
     """Judge one output against the reference in the task's dtype (ref32) and in float64
-    (ref64). Returns (err, tol); raises Reject. The tolerance is the dtype's, or 10x the
+    (ref64). Returns an Agreement; raises Reject. The tolerance is the dtype's, or 10x the
     eager reference's own error where the task is ill-conditioned."""
     if isinstance(ref32, (list, tuple)):
         if not isinstance(out, (list, tuple)) or len(out) != len(ref32):
             raise Reject("incorrect", "shape_mismatch", f"expected {len(ref32)} outputs ({where})")
         res = [compare(o, a, b, allow_lowp, where) for o, a, b in zip(out, ref32, ref64)]
-        return max(r[0] for r in res), min(r[1] for r in res)
+        worst = max(res, key=lambda r: r.mean / r.mean_tol if r.mean_tol else 0.0)
+        return Agreement(max(r.err for r in res), min(r.tol for r in res), worst.mean, worst.mean_tol)
     if not isinstance(ref32, torch.Tensor):
         if out != ref32:
             raise Reject("incorrect", "mismatch", f"expected {ref32!r}, got {out!r} ({where})")
-        return 0.0, 0.0
+        return Agreement(0.0, 0.0)
     if not isinstance(out, torch.Tensor):
         raise Reject("incorrect", "not_a_tensor", f"output is a {type(out).__name__}, not a tensor ({where})")
     plain_tensors(out)
@@ -219,7 +230,7 @@ def compare(out, ref32, ref64, allow_lowp, where):
     if not ref32.dtype.is_floating_point:
         if not torch.equal(out, ref32):
             raise Reject("incorrect", "mismatch", f"integer output differs from the reference ({where})")
-        return 0.0, 0.0
+        return Agreement(0.0, 0.0)
     n_poison = _poisoned(out)
     if n_poison:  # less the reference's own all-ones values (rare), read only when out has some
         n_poison -= _poisoned(ref32)
@@ -252,7 +263,7 @@ def compare(out, ref32, ref64, allow_lowp, where):
             raise Reject("rejected", "precision", f"{what}: consistent with fp16/bf16/TF32 arithmetic ({where})",
                          err=err, tol=tol)
         raise Reject("incorrect", "mismatch", f"{what} ({where})", err=err, tol=tol)
-    return err, tol
+    return Agreement(err, tol, mean, mean_tol)
 
 
 def agrees(out, ref, tol):

@@ -127,6 +127,7 @@ class Harness:
         # What the verdict reports beyond its status: task flags, notes for the message,
         # calls into compiled kernels, the worst error and its tolerance.
         self.flags, self.notes, self.calls, self.max_err, self.tol = [], [], 0, None, None
+        self.mean_err = self.mean_tol = None
         # Deadlines: each candidate call (with its synchronize) gets call_limit seconds, told
         # to the Evaluator through notify; None until the reference's time is known.
         self.notify = job.get("notify") or (lambda seconds: None)
@@ -604,6 +605,8 @@ def run_job(job):
             res = failed(h, e)
     res.setdefault("max_err", h.max_err)
     res.setdefault("tol", h.tol)
+    if res.get("status") == "ok":
+        res.update(mean_err=h.mean_err, mean_tol=h.mean_tol)
     res.update(flags=h.flags, kernel_calls=h.calls, set_flags={k: str(v) for k, v in h.own_flags.items()})
     return res
 

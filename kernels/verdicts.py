@@ -26,6 +26,8 @@ class Verdict:
     confirmed: float | None = None  # the speedup a second timer measured in a fresh worker, where one did
     max_err: float | None = None  # worst error against the float64 reference
     tol: float | None = None
+    mean_err: float | None = None  # mean error against the float64 reference, where it came closest to its bound
+    mean_tol: float | None = None
     log: str = ""                 # trimmed compiler / runtime log a model can read
     flags: list = field(default_factory=list)    # input_independent, init_mismatch, reused_output
     set_flags: dict = field(default_factory=dict)  # global settings the candidate set, e.g. cudnn_benchmark
@@ -115,7 +117,7 @@ CONTROL = {"call": (int, float, type(None)), "acquire": None, "paused": None, "r
            "host": (bool,), "device": None}
 _NUM = (int, float, type(None))
 RESULT = dict(status=str, reason=str, message=str, log=str, speedup=_NUM, ref_ms=_NUM, new_ms=_NUM,
-              spread=_NUM, max_err=_NUM, tol=_NUM, flags=list, set_flags=dict, kernel_calls=int, seconds=dict)
+              spread=_NUM, max_err=_NUM, tol=_NUM, mean_err=_NUM, mean_tol=_NUM, flags=list, set_flags=dict, kernel_calls=int, seconds=dict)
 
 
 _DUMPS = json.dumps  # captured at import, before any candidate runs (worker.py captures encode)
