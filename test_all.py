@@ -1414,11 +1414,13 @@ def test_an_exception_in_a_candidate_call_keeps_its_traceback(cache, tasks):
 
 def test_torch_loader_builds_are_scheduled_first(cache, tasks, monkeypatch):
     """Candidates that build through torch's loader (a minute or more each) go to the compile
-    workers before the others, which keep their order; verdicts come back in the input's order."""
-    seen = []
+    workers before the others, which keep their order; verdicts come back in the input's order.
+    Code that names no build and parses has no compile job: its run job imports it."""
+    seen, first = [], {}
 
     def schedule(self, items, phases, progress, desc, landed=None):
         seen.extend(it["name"] for it in items)
+        first.update((it["name"], it.get("phase", phases[0])) for it in items)
         for it in items:
             it["res"] = dict(status="ok", reason="", message="", speedup=1.0)
             landed(it)
@@ -1426,9 +1428,12 @@ def test_torch_loader_builds_are_scheduled_first(cache, tasks, monkeypatch):
     body = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x{}\n"
     sols = [taskset.Solution(body.format(end), f"s{i}") for i, end in
             enumerate(["", "  # cpp_extension", " * 1", "  # torch.utils.cpp_extension.load_inline", " + 0"])]
+    sols.append(taskset.Solution(body.format("") + "\n\nlib = kernels.load_cpp(SRC)\n", "ours"))
     with make_eval(cache, "cpu") as ev:
         vs = ev.evaluate([(tasks["gelu"], s) for s in sols])
-    assert seen == ["s1", "s3", "s0", "s2", "s4"] and [v.solution for v in vs] == ["s0", "s1", "s2", "s3", "s4"]
+    assert seen == ["s1", "s3", "s0", "s2", "s4", "ours"]
+    assert [v.solution for v in vs] == ["s0", "s1", "s2", "s3", "s4", "ours"]
+    assert first == dict(s0="run", s1="compile", s2="run", s3="compile", s4="run", ours="compile")
 
 
 def test_covered_folders_never_hold_what_a_job_needs(cache, tmp_path):

@@ -4,7 +4,6 @@ and turns what they report into Verdicts. Candidate code never runs in this proc
     with kernels.Evaluator(config.parse([])) as ev:
         [v] = ev.evaluate([(task, code)])       # v.status, v.reason, v.speedup, v.log ...
 """
-import ast
 import contextlib
 import os
 import shutil
@@ -42,16 +41,6 @@ def target(cfg):
     devices = config.LANGUAGES[cfg["language"]] if by_language else ()
     device = pick_backend(devices[0] if len(devices) == 1 else cfg["backend"])
     return device, config.pick_language(cfg["language"], device)
-
-
-def _parses(code):
-    """Whether candidate code is valid Python (parsed here, never run: the static check
-    parses it here too). One that is not goes to a compile job, which reports the error."""
-    try:
-        ast.parse(code)
-        return True
-    except Exception:
-        return False
 
 
 def _tail(path, n=3000):
@@ -496,8 +485,8 @@ class Evaluator:
         # first, so that none of them is the last job to begin (longest first shortens the tail)
         todo = sorted((it for it in items.values() if it["res"] is None),
                       key=lambda it: not static.TORCH_BUILDS.search(it["code"]))
-        for it in todo:  # nothing to build (and it parses): no compile job, a worker's start saved
-            it["phase"] = "compile" if static.BUILDS.search(it["code"]) or not _parses(it["code"]) else "run"
+        for it in todo:  # nothing to build (it parses: _precheck): no compile job, a worker's start saved
+            it["phase"] = "compile" if static.BUILDS.search(it["code"]) else "run"
         self._schedule(todo, ["compile", "run"], progress, desc, landed=lambda it: finish(it["key"], it))
         return verdicts
 
