@@ -1445,6 +1445,30 @@ def test_covered_folders_never_hold_what_a_job_needs(cache, tmp_path):
         assert os.path.dirname(cache) not in ev.hidden and ev.tmp in ev.hidden
 
 
+def test_a_forkserver_started_after_the_job_was_made_is_out_of_reach(cache, tasks, monkeypatch):
+    """Each job hides the forkserver folders (/tmp/pymp-*) the Evaluator lists when it makes
+    the job; one that another program starts after that (a second evaluator on the machine:
+    seen when two test runs shared the CI machine) must be out of reach too: the job's own
+    /tmp takes no pymp-* folder back. hacks/sandbox_forkserver.py connects to every socket
+    it can find."""
+    import socket
+    import tempfile
+    if "private mounts" in sandbox.probe():
+        pytest.skip("this machine refuses private mounts")
+    monkeypatch.setattr(sandbox, "forkserver_folder", lambda: [])  # as if it came after the listing
+    folder = tempfile.mkdtemp(prefix="pymp-", dir="/tmp")
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(os.path.join(folder, "listener-1"))
+        server.listen(8)
+        with make_eval(cache, "cpu", static_check=False) as ev:
+            [v] = ev.evaluate([(tasks["gelu"], open(os.path.join(HERE, "hacks", "sandbox_forkserver.py")).read())])
+    finally:
+        server.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    assert v.ok, (v.status, v.reason, v.message)
+
+
 def test_hacks_and_faults_cpu(cache, tasks):
     assert len(hack_files("cpu")) >= 20
     run_hacks(cache, tasks, "cpu")

@@ -391,7 +391,9 @@ def _private_tmp(hidden):
         held = {}
         for name in names:
             p = os.path.join("/tmp", name)
-            if p not in hidden:
+            # any forkserver's folder, also one another program started after the Evaluator
+            # listed them for this job (forkserver_folder): its socket forks for anyone
+            if p not in hidden and not name.startswith("pymp-"):
                 held[name] = (os.open(p, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC),
                               os.readlink(p) if os.path.islink(p) else None)
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=2g")
