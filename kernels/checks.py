@@ -125,7 +125,7 @@ def run_checks(h):
             kept, h.ref_state = (ref, new, ref64), states[0]
         del ref64, held
     h.max_err, h.tol = max(errs), min(tols)
-    worst = max(means, key=lambda a: a.mean / a.mean_tol if a.mean_tol else 0.0)
+    worst = max(means, key=correctness.Agreement.mean_used)
     h.mean_err, h.mean_tol = worst.mean, worst.mean_tol
     # kernels it registered for the reference's ops (at import or in a call) would have made
     # the reference's outputs, not only its speed, the candidate's own

@@ -201,6 +201,10 @@ class Agreement(typing.NamedTuple):
     mean: float = 0.0
     mean_tol: float = 0.0
 
+    def mean_used(self):
+        """The share of its bound the mean error used: the key for the one nearest it."""
+        return self.mean / self.mean_tol if self.mean_tol else 0.0
+
 
 def compare(out, ref32, ref64, allow_lowp, where):
     """Judge one output against the reference in the task's dtype (ref32) and in float64
@@ -210,7 +214,7 @@ def compare(out, ref32, ref64, allow_lowp, where):
         if not isinstance(out, (list, tuple)) or len(out) != len(ref32):
             raise Reject("incorrect", "shape_mismatch", f"expected {len(ref32)} outputs ({where})")
         res = [compare(o, a, b, allow_lowp, where) for o, a, b in zip(out, ref32, ref64)]
-        worst = max(res, key=lambda r: r.mean / r.mean_tol if r.mean_tol else 0.0)
+        worst = max(res, key=Agreement.mean_used)
         return Agreement(max(r.err for r in res), min(r.tol for r in res), worst.mean, worst.mean_tol)
     if not isinstance(ref32, torch.Tensor):
         if out != ref32:

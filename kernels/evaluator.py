@@ -181,7 +181,7 @@ class Evaluator:
             yield
         finally:
             torch = sys.modules.get("torch")
-            if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            if torch is not None and torch.cuda.is_initialized():
                 torch.cuda.empty_cache()
             self.host.release()
 
@@ -522,7 +522,6 @@ class Evaluator:
         queues = {p: collections.deque() for p in phases}
         for it in items:  # an item may start at a later phase (evaluate: nothing to build)
             queues[it.get("phase", phases[0])].append(it)
-        for it in items:
             it["seconds"] = {}
         free = list(range(len(self.slots)))
         active = []

@@ -20,7 +20,7 @@ TORCH_BUILDS = re.compile(r"cpp_extension|load_inline")
 # names none has nothing for a compile job to do, so its run job imports it directly
 # (Evaluator.evaluate). Only scheduling depends on it: code that builds some other way
 # builds in its run job instead, which costs that job the time.
-BUILDS = re.compile(r"load_cpp|load_cuda|cpp_extension|load_inline")
+BUILDS = re.compile(r"load_cpp|load_cuda|" + TORCH_BUILDS.pattern)
 
 # Fully qualified names (after resolving the candidate's imports) a candidate may not touch.
 FORBIDDEN = {
