@@ -1,5 +1,5 @@
 """Burns CPU in forward (matrix products on the host, on every core torch uses) past a
-3-second CPU-time limit (cpu_seconds), well within the call deadline. The worker is killed
+6-second CPU-time limit (cpu_seconds), well within the call deadline. The worker is killed
 by SIGXCPU and the verdict says so: runtime_error/cpu_time."""
 import time
 
@@ -8,7 +8,7 @@ import torch.nn as nn
 
 EXPECT = "runtime_error/cpu_time"
 TASK = "gelu"
-OPTIONS = {"cpu_seconds": 3.0}
+OPTIONS = {"cpu_seconds": 6.0}  # the honest check after it (gelu's naive seed) uses about 3
 
 
 class ModelNew(nn.Module):
