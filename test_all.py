@@ -29,7 +29,7 @@ import evaluate
 import exemplars
 import grpo
 import kernels
-from kernels import correctness, gate, limits, sandbox
+from kernels import correctness, gate, limits, sandbox, verdicts
 import policy
 import prompts
 import sampler
@@ -915,6 +915,32 @@ def test_gpu_gate_never_times_beside_the_hosts_own_work(tmp_path):
     assert len([t for t in logs[2]["seen"] if a < t < b]) > 100  # checks beside the host's work
 
 
+def test_a_frame_left_unfinished_ends_its_job_soon(monkeypatch):
+    """A frame header promising bytes that never come (hacks/trust_torn_frame.py, written at
+    import) would swallow the harness's later messages, its "paused" among them: every timing
+    on its GPU would wait for that job's deadline. Begun and not finished for FRAME_SECONDS
+    while the worker runs: rejected/protocol then; a whole frame arriving in pieces is fine."""
+    import multiprocessing as mp
+    monkeypatch.setattr(gate, "FRAME_SECONDS", 0.2)
+    parent, child = mp.Pipe(duplex=True)
+    w = gate.Running("run", {}, None, parent, gate.now() + 60, 0, "", gpu=0)
+    frame = verdicts.encode(("paused",))
+    os.write(child.fileno(), frame[:3])  # a whole frame in two writes, 0.1 s apart
+    assert not w.receive() and w.partial_since is not None
+    time.sleep(0.1)
+    os.write(child.fileno(), frame[3:])
+    assert not w.receive() and w.partial_since is None and w.result is None
+    os.write(child.fileno(), (2000).to_bytes(4, "big") + b"0123456789")
+    assert not w.receive()
+    w.stopped = True  # stopped by the gate, it cannot finish: no clock
+    time.sleep(0.3)
+    assert not w.receive() and w.result is None
+    w.stopped = False
+    assert not w.receive() and w.result is None
+    time.sleep(0.3)
+    assert w.receive() and w.result["reason"] == "protocol" and "cut short" in w.result["message"]
+
+
 def test_pick_slot_runs_an_out_of_memory_retry_alone_after_the_gpus_workers_have_exited():
     """gate.pick_slot: the fewest jobs' GPU; an item judged again alone (it ran out of
     memory beside others) waits for every job on its GPU, those still exiting too (their
@@ -1691,6 +1717,23 @@ def test_the_hosts_cached_device_memory_goes_back_after_its_work(cache, monkeypa
 @needs_cuda
 def test_seeds_pass_cuda(cache, tasks):
     check_seeds(cache, tasks, "cuda")
+
+
+@gpu
+@needs_cuda
+def test_a_candidate_that_fills_the_gpu_costs_its_neighbours_nothing(cache, tasks):
+    """One candidate takes nearly all the GPU's free memory and keeps it while the workers
+    beside it start CUDA and check: they run out of memory through no fault of their own, are
+    judged again alone, each in a worker started then (not one whose CUDA came up beside the
+    hog: its failure would be told to the job again), and are ok."""
+    hog = ("import time\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+           "    def __init__(self):\n        super().__init__()\n"
+           "        self.hold = torch.empty(int(torch.cuda.mem_get_info()[0] * 0.9), dtype=torch.uint8, device='cuda')\n\n"
+           "    def forward(self, x):\n        time.sleep(0.02)\n        return torch.nn.functional.gelu(x)\n")
+    honest = open(os.path.join(HERE, "tasks", "seeds", "cuda", "gelu", "naive.py")).read()
+    with make_eval(cache, "cuda") as ev:
+        vs = ev.evaluate([(tasks["gelu"], hog)] + [(tasks["gelu"], honest)] * 6)
+    assert all(v.status == "ok" for v in vs[1:]), [(v.status, v.reason, v.message[:200]) for v in vs[1:]]
 
 
 @gpu

@@ -152,15 +152,21 @@ class Evaluator:
                 except OSError:
                     pass
 
+    @staticmethod
+    def _dismiss(proc, conn):
+        """A standby worker that gets no job: told to exit, killed after 5 s."""
+        try:
+            conn.send(None)
+        except OSError:
+            pass
+        proc.join(5)
+        if proc.exitcode is None:
+            proc.kill()
+        conn.close()
+
     def close(self):
         for proc, conn in self._standby.values():
-            try:
-                conn.send(None)
-            except OSError:
-                pass
-            proc.join(5)
-            if proc.exitcode is None:
-                proc.kill()
+            self._dismiss(proc, conn)
         self._standby = {}
         for g, p in self._groups:  # of workers still exiting
             p.join(5)
@@ -242,6 +248,9 @@ class Evaluator:
             # A worker that already holds a CUDA context takes the job; the next one starts
             # its context now, while this one checks, instead of on the GPU's time later.
             proc, conn = self._standby.pop(slot, None) or self._spawn_standby(slot)
+            if item.get("alone"):  # that worker may have started CUDA beside the one that filled
+                self._dismiss(proc, conn)  # the GPU (its out-of-memory told to its job): a fresh
+                proc, conn = self._spawn_standby(slot)  # one, on the GPU with nobody else
             conn.send((kind, job))
             self._standby[slot] = self._spawn_standby(slot)
             r = gate.Running(kind, item, proc, conn, gate.now() + timeout, slot, job["log"], self.slots[slot])
@@ -568,6 +577,7 @@ class Evaluator:
                 wake = [r.deadline for r in active if not r.held] + [moved + STALL_SECONDS] + \
                     [t for _, t in self._exiting if t > gate.now()] + \
                     [gate.now() + limits.WATCH_SECONDS for r in active if r.group] + \
+                    [r.partial_since + gate.FRAME_SECONDS + 0.01 for r in active if r.partial_since is not None] + \
                     [t for r in active if r.kind == "run" and r.state == "pausing"  # when it becomes late
                      and (t := r.since + gate.DEFER_AFTER + 0.01) > gate.now()]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
@@ -582,7 +592,7 @@ class Evaluator:
                     moved = gate.now()
                     self._report_stall(active, queues)
                 for r in list(active):
-                    done = (r.conn in ready and r.receive()) or r.proc.sentinel in ready
+                    done = ((r.conn in ready or r.partial_since is not None) and r.receive()) or r.proc.sentinel in ready
                     if r.proc.sentinel in ready and r.result is None:
                         r.receive()  # a result sent just before the exit
                     if not done and (r.held or gate.now() < r.deadline):

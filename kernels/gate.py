@@ -79,6 +79,11 @@ def now():
 # GPU has waited less than DEFER_FOR seconds; after that they wait with it, so that workers
 # late in turn cannot put a timing off for ever.
 DEFER_AFTER, DEFER_FOR = 0.5, 20.0
+# A worker writes each frame whole (worker._send): a frame begun and not finished for this
+# long, while its worker runs, was written by someone else (a candidate). It would swallow the
+# harness's next messages, its "paused" among them, and hold every timing on its GPU until the
+# job's deadline: the job ends at once, rejected/protocol.
+FRAME_SECONDS = 5.0
 
 
 class Open:
@@ -217,7 +222,7 @@ class Running:
         self.going_on = False  # let go on while a late one finishes its call (arbitrate)
         self.ticked, self.sharing = None, 1  # inside a candidate call since (share_clock), with how many
         self.blocked, self.blocking = 0.0, None  # seconds it kept a waiting timing off; since (arbitrate)
-        self.fd, self.buf = conn.fileno(), b""
+        self.fd, self.buf, self.partial_since = conn.fileno(), b"", None
         os.set_blocking(self.fd, False)
 
     @property
@@ -246,6 +251,10 @@ class Running:
             msgs, self.buf = verdicts.decode(self.buf)
             if eof and self.buf and not any(isinstance(m, dict) for m in msgs):
                 raise verdicts.ProtocolError(f"a frame cut short ({len(self.buf)} bytes)")
+            # a stopped worker cannot finish its frame: the clock runs while it may
+            self.partial_since = (self.partial_since or now()) if self.buf and not self.stopped else None
+            if self.partial_since is not None and now() - self.partial_since > FRAME_SECONDS:
+                raise verdicts.ProtocolError(f"a frame cut short for {FRAME_SECONDS:.0f} s ({len(self.buf)} bytes)")
             for msg in msgs:
                 if isinstance(msg, dict):
                     self.result = verdicts.check_result(self.kind, msg)
