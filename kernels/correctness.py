@@ -247,10 +247,12 @@ def compare(out, ref32, ref64, allow_lowp, where):
     # The maximum alone is a weak test where the task's own float32 error is large at a few
     # elements (a deep network under TF32: the reference off by more than 100% somewhere):
     # 10x that error at its worst element would pass a different function everywhere else.
-    # So the mean error is held to 10x the reference's own mean error too; twice that, since
-    # an output within `tol` of every element can have a mean error up to 2 tol, so that for
-    # an evenly spread error this never binds before the maximum does.
-    mean_tol = 2 * max(base, 10 * ref_mean)
+    # So the mean error is held to 10x the reference's own mean error too, and never below
+    # twice the base tolerance: an output within `base` of every element can have a mean error
+    # up to 2 base, so where the base binds the maximum, this never binds first. (Over the
+    # CUDA-L1 release on an H100, the accepted candidates' mean errors came to at most 2.9x
+    # their references' own where that term bound; twice 10x let through a network 15x off.)
+    mean_tol = max(2 * base, 10 * ref_mean)
     if err == float("inf"):
         raise Reject("incorrect", "nan", f"output has NaN/inf where the reference has none ({where})", err=err, tol=tol)
     lowp = ref32.dtype in (torch.float32, torch.float64) and not allow_lowp
@@ -261,7 +263,7 @@ def compare(out, ref32, ref64, allow_lowp, where):
         raise Reject("incorrect", "mismatch", f"max relative error {err:.2e} > tolerance {tol:.1e} ({where})",
                      err=err, tol=tol)
     if mean > mean_tol:
-        what = (f"mean error {mean:.2e} > {mean_tol:.1e}, 20x the reference's own float32 mean error ({ref_mean:.1e}), "
+        what = (f"mean error {mean:.2e} > {mean_tol:.1e}, 10x the reference's own float32 mean error ({ref_mean:.1e}), "
                 f"though each element is within the tolerance its worst one sets ({tol:.1e})")
         if lowp and mean <= LOWP_LIMIT:
             raise Reject("rejected", "precision", f"{what}: consistent with fp16/bf16/TF32 arithmetic ({where})",
