@@ -334,10 +334,10 @@ class Evaluator:
             limit = self.cfg["compile_timeout"] if r.kind == "compile" else self.cfg["run_timeout"]
             message = f"no result within {limit:.0f} s ({'compiling' if r.kind == 'compile' else 'checking and timing'})"
             if r.deadline < r.job_deadline:  # inside a candidate call
-                message = (f"a call of the candidate (with its synchronize) ran over {r.call_limit:.1f} s, "
-                           f"{self.cfg['call_timeout_factor']:.0f}x the reference's time or "
-                           f"{self.cfg['call_timeout']:.0f} s (three times that for the first call): a hang, "
-                           "or far too slow")
+                message = (f"candidate code (its import, its constructor, or a call with its synchronize) ran over "
+                           f"{r.call_limit:.1f} s, {self.cfg['call_timeout_factor']:.0f}x the reference's time or "
+                           f"{self.cfg['call_timeout']:g} s (three times that for the first call, the import and "
+                           "each constructor): a hang, or far too slow")
             res = Reject("timeout", "timeout", message, log=_tail(r.log)).result()
             r.conn.close()
         else:

@@ -245,7 +245,7 @@ class Harness:
     def candidate(self, seed, weights=None):
         """ModelNew built from `seed` under its own flags; `weights`: a state_dict to load."""
         try:
-            with self.candidate_flags("ModelNew.__init__"):
+            with self.calling(setup=True), self.candidate_flags("ModelNew.__init__"):
                 new = self.build(self.sol.ModelNew, seed)
                 if weights is not None:
                     new.load_state_dict(weights)
@@ -325,16 +325,20 @@ class Harness:
         threading.Thread(target=watch, name="harness-watchdog", daemon=True).start()
 
     @contextlib.contextmanager
-    def calling(self):
-        """Candidate code running (a forward and its synchronize): its own deadline."""
+    def calling(self, setup=False):
+        """Candidate code running, a forward and its synchronize or (setup) its import or its
+        constructor: its own deadline. Without one, code there that runs long could not be
+        paused either, and every timing on its GPU would wait for its job's deadline."""
         if self.call_limit is None:
             yield
             return
         # the first call may build, compile or autotune (cuDNN's search for a 3-D convolution):
-        # FIRST_CALL times the limit; a hang there costs that much once
-        self.notify(self.call_limit * (1 if self.called else FIRST_CALL))
-        self.first_call, self.call_start = not self.called, time.monotonic()
-        self.in_call, self.called = True, True
+        # FIRST_CALL times the limit; a hang there costs that much once. The import and each
+        # constructor may do the same, and get as long, without using up the first call's.
+        first = setup or not self.called
+        self.notify(self.call_limit * (FIRST_CALL if first else 1))
+        self.first_call, self.call_start = first, time.monotonic()
+        self.in_call, self.called = True, self.called or not setup
         try:
             yield
         finally:
@@ -396,7 +400,7 @@ class Harness:
         self.dispatch0 = guards.dispatch_table()
         path = os.path.join(self.workdir, "candidate.py")
         try:
-            with self.candidate_flags("import"):
+            with self.calling(setup=True), self.candidate_flags("import"):
                 self.sol = _import_code(self.job["code"], "kb_candidate_" + self.job["source_hash"], path)
         except Reject:
             raise
