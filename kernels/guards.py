@@ -331,6 +331,8 @@ COMPILERS = tuple(os.path.join(TORCH_DIR, d, "") for d in ("_dynamo", "_inductor
     # a build inside a call (load_inline, load_cuda, load_cpp at the first forward)
     os.path.join(TORCH_DIR, "utils", "cpp_extension.py"), os.path.join(os.path.dirname(__file__), "builds.py"))
 LIBRARIES = tuple({os.path.join(PATHS[k], "") for k in ("purelib", "platlib")} | {TORCH_DIR})
+# Python's own library too: code a candidate calls into, never the candidate's own
+SYSTEM = tuple({os.path.join(PATHS[k], "") for k in ("stdlib", "platstdlib")}) + LIBRARIES
 
 
 def track_thread_origins():

@@ -317,9 +317,16 @@ class Harness:
                 if self.in_call and self.first_call and f is not None and f.f_code.co_filename == CONV \
                         and benchmark() and left > 0:
                     self.notify(min(more, left))
+                # compiling is what runs nearest the top of the stack: from there down past
+                # libraries' frames and generated code ("<...>", as torch.fx's) to a compiler's.
+                # Candidate code on the way is running, not compiling (a hang inside a function
+                # wrapped by torch._dynamo.disable has a compiler's frame below it).
                 while self.in_call and f is not None:
-                    if f.f_code.co_filename.startswith(guards.COMPILERS):
+                    name = f.f_code.co_filename
+                    if name.startswith(guards.COMPILERS):
                         self.notify(more)
+                        break
+                    if not name.startswith(guards.SYSTEM + ("<",)):
                         break
                     f = f.f_back
         threading.Thread(target=watch, name="harness-watchdog", daemon=True).start()
