@@ -22,7 +22,7 @@ def run_checks(h):
     last seed's sets after its first are drawn from other distributions (DISTRIBUTIONS).
     -> (ref, new, ref64) of the first seed, for timing and the check after it."""
     cfg = h.cfg
-    errs, tols, means, constant, kept = [], [], [], True, None
+    agreed, constant, kept = [], True, None
     seeds = h.seeds()[1:]
     for s, seed in enumerate(seeds):
         h.gate.pause_point()
@@ -112,9 +112,7 @@ def run_checks(h):
             if any(t.untyped_storage().data_ptr() in a for _, a in held for t in tensors(out) if t.numel()):
                 reused_output(h, where)
             if agree is not None:
-                errs.append(agree.err)
-                tols.append(agree.tol)
-                means.append(agree)
+                agreed.append(agree)
             if not draw:  # constant on the task's own inputs (other distributions may move it)
                 constant &= all(correctness.same_fingerprint(rp, pr) for _, pr, d in prints if not d)
             prints.append((fp, rp, draw))
@@ -124,9 +122,7 @@ def run_checks(h):
         if kept is None:
             kept, h.ref_state = (ref, new, ref64), states[0]
         del ref64, held
-    h.max_err, h.tol = max(errs), min(tols)
-    worst = max(means, key=correctness.Agreement.mean_used)
-    h.mean_err, h.mean_tol = worst.mean, worst.mean_tol
+    h.max_err, h.tol, h.mean_err, h.mean_tol = correctness.Agreement.worst(agreed)
     # kernels it registered for the reference's ops (at import or in a call) would have made
     # the reference's outputs, not only its speed, the candidate's own
     h.integrity("the checks", dispatch=True)

@@ -205,6 +205,13 @@ class Agreement(typing.NamedTuple):
         """The share of its bound the mean error used: the key for the one nearest it."""
         return self.mean / self.mean_tol if self.mean_tol else 0.0
 
+    @staticmethod
+    def worst(agreements):
+        """Several outputs' or input sets' Agreements -> one: the largest error, the smallest
+        tolerance, and the mean error that came nearest its bound, with that bound."""
+        near = max(agreements, key=Agreement.mean_used)
+        return Agreement(max(a.err for a in agreements), min(a.tol for a in agreements), near.mean, near.mean_tol)
+
 
 def compare(out, ref32, ref64, allow_lowp, where):
     """Judge one output against the reference in the task's dtype (ref32) and in float64
@@ -213,9 +220,7 @@ def compare(out, ref32, ref64, allow_lowp, where):
     if isinstance(ref32, (list, tuple)):
         if not isinstance(out, (list, tuple)) or len(out) != len(ref32):
             raise Reject("incorrect", "shape_mismatch", f"expected {len(ref32)} outputs ({where})")
-        res = [compare(o, a, b, allow_lowp, where) for o, a, b in zip(out, ref32, ref64)]
-        worst = max(res, key=Agreement.mean_used)
-        return Agreement(max(r.err for r in res), min(r.tol for r in res), worst.mean, worst.mean_tol)
+        return Agreement.worst([compare(o, a, b, allow_lowp, where) for o, a, b in zip(out, ref32, ref64)])
     if not isinstance(ref32, torch.Tensor):
         if out != ref32:
             raise Reject("incorrect", "mismatch", f"expected {ref32!r}, got {out!r} ({where})")

@@ -247,10 +247,11 @@ class Evaluator:
         if kind == "run" and self.device == "cuda":
             # A worker that already holds a CUDA context takes the job; the next one starts
             # its context now, while this one checks, instead of on the GPU's time later.
-            proc, conn = self._standby.pop(slot, None) or self._spawn_standby(slot)
-            if item.get("alone"):  # that worker may have started CUDA beside the one that filled
-                self._dismiss(proc, conn)  # the GPU (its out-of-memory told to its job): a fresh
-                proc, conn = self._spawn_standby(slot)  # one, on the GPU with nobody else
+            ready = self._standby.pop(slot, None)
+            if ready and item.get("alone"):  # that worker may have started CUDA beside the one that
+                self._dismiss(*ready)  # filled the GPU (its out-of-memory told to its job): a fresh
+                ready = None           # one, on the GPU with nobody else
+            proc, conn = ready or self._spawn_standby(slot)
             conn.send((kind, job))
             self._standby[slot] = self._spawn_standby(slot)
             r = gate.Running(kind, item, proc, conn, gate.now() + timeout, slot, job["log"], self.slots[slot])
