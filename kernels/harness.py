@@ -135,6 +135,7 @@ class Harness:
         # GPU alone while timing. Open (no waiting) where a worker has its device alone.
         self.gate = job.get("gate") or gate.Open()
         self.call_limit, self.in_call, self.called, self.first_call, self.call_start = None, False, False, False, 0.0
+        self.call_lock = threading.Lock()  # a call's start and end, and the watchdog's extensions
         self.left = []  # the candidate's threads still running when its last forward returned
         self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
         self.spots = ([], 0)  # timed calls kept for the spot check (timing.py), of how many
@@ -304,31 +305,42 @@ class Harness:
         main = threading.main_thread().ident
         benchmark = guards.FLAGS["cudnn_benchmark"][0]  # captured before any candidate ran
 
+        def stack():
+            """The main thread's stack from the top, as file names. No frame outlives this
+            call: one held across the watchdog's sleep would keep its locals alive, the
+            candidate's tensors among them (a CUDA graph's pool then finds a tensor it
+            does not track: torch.compile's "max-autotune" warmed up in a constructor)."""
+            f, names = sys._current_frames().get(main), []
+            while f is not None:
+                names.append(f.f_code.co_filename)
+                f = f.f_back
+            return names
+
         def watch():  # torch.compile, triton or a build inside a call is work, not a hang
             while True:
                 time.sleep(0.5)
-                f = sys._current_frames().get(main)
-                # the call's own limit from now, never less than two of these looks
-                more = max(self.call_limit * (FIRST_CALL if self.first_call else 1), 2.0)
-                # and so is cuDNN's search for its convolution algorithms (cudnn.benchmark)
-                # in the candidate's first call: tens of seconds for a deep network's shapes, up
-                # to SEARCH first-call limits in all (a hang dressed as convolutions ends there)
-                left = self.call_start + SEARCH * FIRST_CALL * self.call_limit - time.monotonic()
-                if self.in_call and self.first_call and f is not None and f.f_code.co_filename == CONV \
-                        and benchmark() and left > 0:
-                    self.notify(min(more, left))
+                if not self.in_call:
+                    continue
+                names = stack()
                 # compiling is what runs nearest the top of the stack: from there down past
                 # libraries' frames and generated code ("<...>", as torch.fx's) to a compiler's.
                 # Candidate code on the way is running, not compiling (a hang inside a function
                 # wrapped by torch._dynamo.disable has a compiler's frame below it).
-                while self.in_call and f is not None:
-                    name = f.f_code.co_filename
-                    if name.startswith(guards.COMPILERS):
+                top = next((n for n in names if not n.startswith(guards.SYSTEM + ("<",)) or
+                            n.startswith(guards.COMPILERS)), "")
+                with self.call_lock:  # the same call still (no deadline is sent after one ended)
+                    if not self.in_call:
+                        continue
+                    # the call's own limit from now, never less than two of these looks
+                    more = max(self.call_limit * (FIRST_CALL if self.first_call else 1), 2.0)
+                    # and so is cuDNN's search for its convolution algorithms (cudnn.benchmark)
+                    # in the candidate's first call: tens of seconds for a deep network's shapes,
+                    # up to SEARCH first-call limits in all (a hang dressed as convolutions ends there)
+                    left = self.call_start + SEARCH * FIRST_CALL * self.call_limit - time.monotonic()
+                    if self.first_call and names and names[0] == CONV and benchmark() and left > 0:
+                        self.notify(min(more, left))
+                    if top.startswith(guards.COMPILERS):
                         self.notify(more)
-                        break
-                    if not name.startswith(guards.SYSTEM + ("<",)):
-                        break
-                    f = f.f_back
         threading.Thread(target=watch, name="harness-watchdog", daemon=True).start()
 
     @contextlib.contextmanager
@@ -343,14 +355,16 @@ class Harness:
         # FIRST_CALL times the limit; a hang there costs that much once. The import and each
         # constructor may do the same, and get as long, without using up the first call's.
         first = setup or not self.called
-        self.notify(self.call_limit * (FIRST_CALL if first else 1))
-        self.first_call, self.call_start = first, time.monotonic()
-        self.in_call, self.called = True, self.called or not setup
+        with self.call_lock:
+            self.notify(self.call_limit * (FIRST_CALL if first else 1))
+            self.first_call, self.call_start = first, time.monotonic()
+            self.in_call, self.called = True, self.called or not setup
         try:
             yield
         finally:
-            self.in_call = self.first_call = False
-            self.notify(None)
+            with self.call_lock:
+                self.in_call = self.first_call = False
+                self.notify(None)
 
     def forward(self, new, xs, where, snapshot=False):
         """One call of the candidate under its flags and its call deadline, synchronized, its
