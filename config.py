@@ -32,6 +32,8 @@ SETTINGS = {
         gpus=("", "comma list of visible GPU indices for timing workers; \"\" = all"),
         workers=(0, "parallel compile workers; 0 = one per free CPU core"),
         checks_per_gpu=(4, "candidates loaded and checked at once on each GPU (timing always has it alone)"),
+        checks_per_cpu=(2, "with --backend=cpu: candidates loaded and checked at once (timing has the CPU alone, "
+                           "the others stopped)"),
         cache_dir=("", "build cache; \"\" = $CUDAL1_CACHE or ~/.cache/cudal1"),
         compile_timeout=(600.0, "seconds for importing a candidate (its builds included)"),
         run_timeout=(300.0, "seconds for checking and timing one candidate"),

@@ -121,8 +121,10 @@ class Evaluator:
             self.check_cores = [None if c is None else self.compile_cores + c for c in self.run_cores]
             self.slots = [g for g in range(len(self.gpus)) for _ in range(max(1, self.cfg["checks_per_gpu"]))]
         else:
+            # the CPU is the one device: checks_per_cpu workers check at once, and one that times
+            # has the cores alone (the others paused and stopped, as on a GPU; no build runs)
             self.gpus, self.run_cores, self.check_cores, self.compile_cores = [None], [None], [None], None
-            self.slots = [0]  # slot -> GPU index
+            self.slots = [0] * max(1, self.cfg["checks_per_cpu"])  # slot -> device index
         self.workers = self.cfg["workers"] or len(self.compile_cores or cores)
         self.memo = {}
         self._jobs = 0
@@ -257,7 +259,7 @@ class Evaluator:
             r = gate.Running(kind, item, proc, conn, gate.now() + timeout, slot, job["log"], self.slots[slot])
             r.trace = self.trace
         else:
-            parent, child = self.ctx.Pipe(duplex=False)
+            parent, child = self.ctx.Pipe(duplex=kind == "run")  # a CPU run worker's gate reads on it
             proc = self.ctx.Process(target=self.worker.child_main, args=(kind, child, job), daemon=True,
                                     name=f"{sandbox.WORKER_NAME}-{kind}")
             proc.start()
@@ -539,7 +541,8 @@ class Evaluator:
             for slot in range(min(len(self.slots), len(items))):
                 if slot not in self._standby:
                     self._standby[slot] = self._spawn_standby(slot)
-        # CPU timings must not share the cores with builds (untimed checks may)
+        # CPU timings must not share the cores with builds (checks may): builds are stopped
+        # while a run worker waits for the CPU or times, and none starts then
         exclusive = self.device == "cpu" and self.cfg["time_candidates"] and "run" in phases
         moved = gate.now()  # when a job last ended: a long quiet spell is reported (_report_stall)
         host = self.host
@@ -548,29 +551,30 @@ class Evaluator:
             while any(queues.values()) or active:
                 self._reap()  # first: a worker that has just exited no longer holds a slot's memory
                 n_build = sum(r.kind == "compile" for r in active)
-                n_dev = len(active) - n_build
+                timing = exclusive and any(r.kind == "run" and r.state in ("wait", "hold") for r in active)
                 for p in phases:
                     if p == "compile":
-                        while queues[p] and n_build < self.workers and not (
-                                exclusive and (n_dev or any(queues[q] for q in phases if q != p))):
+                        while queues[p] and n_build < self.workers and not timing:
                             active.append(self._start(p, queues[p].popleft(), None))
                             n_build += 1
                     else:  # on the CPU a run job checks and times: none starts while the host works
-                        while queues[p] and not (exclusive and n_build) and not (
-                                p == "run" and self.device == "cpu" and host.state) and \
+                        while queues[p] and not (p == "run" and self.device == "cpu" and host.state) and \
                                 (slot := gate.pick_slot(free, self.slots, active, queues[p][0],
                                                         [e for e, _ in self._exiting])) is not None:
                             free.remove(slot)
                             r = self._start(p, queues[p].popleft(), slot)
-                            if r.kind == "run" and self.device == "cuda":
+                            if r.kind == "run":
                                 gate.join(r, [a for a in active if a.kind == "run" and a.gpu == r.gpu])
                             active.append(r)
-                            n_dev += 1
                 # the GPU gate's next step (gate.py), then wait for a message, an exit or the
                 # deadline of a worker that runs; the host gets the device once nobody times
                 host.settle(any(r.kind == "run" and (self.device == "cpu" or r.state == "hold") for r in active))
-                for g in range(len(self.gpus)) if self.device == "cuda" else ():
-                    gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g], host.state)
+                for r in active if exclusive else ():  # before arbitrate grants the CPU
+                    if r.kind == "compile":
+                        r.stop(any(w.kind == "run" and w.state in ("wait", "hold") for w in active))
+                for g in range(len(self.gpus)):  # (on the CPU the host waits for every run job to end)
+                    gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g],
+                                   host.state if self.device == "cuda" else None)
                     gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
                 for r in active:  # over a limit the evaluator watches (limits.JobGroup): stopped now
                     if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):
@@ -587,7 +591,7 @@ class Evaluator:
                 host.drain()
                 if host.cancelled:
                     raise KeyboardInterrupt("evaluation cancelled")
-                for g in range(len(self.gpus)) if self.device == "cuda" else ():  # the deadlines, now
+                for g in range(len(self.gpus)):  # the deadlines, now
                     gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
                 if gate.now() - moved > STALL_SECONDS:
                     moved = gate.now()

@@ -9,7 +9,8 @@ is left queued on the device), stops their process groups (SIGSTOP: a thread a c
 left behind launches nothing either), and hands the GPU over. After the timing (release)
 the worker that timed pauses too: the next waiting worker times, or all paused ones go on
 (the one that timed to its last check). Time spent paused or waiting does
-not count against a worker's deadlines.
+not count against a worker's deadlines. The CPU backend shares its one device, the CPU, the
+same way (`checks_per_cpu` workers): a timing there has the cores alone.
 
 Host-only work (building a model on the host) needs no pause point: a worker inside it is
 stopped where it is, and before any candidate code is loaded it may even go on during
@@ -107,12 +108,14 @@ class Open:
 
 
 class WorkerGate:
-    """In a CUDA run worker: fd is its end of the pipe, send puts a message on it, sync
+    """In a run worker: fd is its end of the pipe, send puts a message on it, sync
     empties the device queue, cores (or None) are the GPU's timing cores, free returns
-    the allocator's cached memory to the device."""
+    the allocator's cached memory to the device. beside: host work may go on while another
+    worker times (a GPU's timing; on the CPU, host work is on the timed cores)."""
 
-    def __init__(self, fd, send, sync, cores=None, free=lambda: None):
+    def __init__(self, fd, send, sync, cores=None, free=lambda: None, beside=True):
         self.fd, self.send, self.sync, self.cores, self.free = fd, send, sync, cores, free
+        self.beside = beside
         self.shared = os.sched_getaffinity(0)
         self.paused = 0.0  # seconds spent at pause points
         self.main, self.in_build = threading.get_ident(), False  # only this thread reads the pipe
@@ -146,7 +149,7 @@ class WorkerGate:
         self.sync()  # nothing of ours left queued
         if self.cores:
             _AFFINITY(0, self.shared - set(self.cores))
-        self.send(("host", during_timing))
+        self.send(("host", during_timing and self.beside))
         try:
             yield
         finally:

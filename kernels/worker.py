@@ -22,6 +22,11 @@ import torch
 from . import correctness, gate, guards, harness, sandbox, static
 from . import verdicts
 
+if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+    # a CPU build of torch: importing the extension loader here, in the forkserver, starts no
+    # CUDA, and saves every job the few tenths of a second it takes (standby_main's, on a GPU)
+    importlib.import_module("torch.utils.cpp_extension")
+
 
 def standby_main(conn, env, cores, box=True):
     """A CUDA run worker started ahead of its job: context up, then wait for the job. box:
@@ -107,9 +112,11 @@ def child_main(kind, conn, job):
     # the harness tells the Evaluator when a candidate call starts and ends, so a hang inside
     # one is stopped after that call's deadline instead of the whole job's
     job["notify"] = lambda seconds: _send(conn, ("call", seconds))
-    # a CUDA run worker shares its GPU for checks and has it alone for timing (gate.py)
-    job["gate"] = gate.WorkerGate(conn.fileno(), lambda msg: _send(conn, msg), _SYNC, job.get("time_cores"), _FREE) \
-        if kind == "run" and job["device"] == "cuda" else gate.Open()
+    # a run worker shares its device (a GPU, or the CPU) for checks and has it alone for timing (gate.py)
+    cuda = job["device"] == "cuda"
+    job["gate"] = gate.WorkerGate(conn.fileno(), lambda msg: _send(conn, msg), _SYNC if cuda else lambda: None,
+                                  job.get("time_cores"), _FREE if cuda else lambda: None, beside=cuda) \
+        if kind == "run" else gate.Open()
     try:
         if job["device"] == "cpu" and kind == "run":
             _cpu_worker_setup(job)
