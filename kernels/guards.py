@@ -335,6 +335,18 @@ LIBRARIES = tuple({os.path.join(PATHS[k], "") for k in ("purelib", "platlib")} |
 SYSTEM = tuple({os.path.join(PATHS[k], "") for k in ("stdlib", "platstdlib")}) + LIBRARIES
 
 
+def stack(thread_id):
+    """A thread's stack from the top, as file names. No frame outlives this call: one held
+    (by the harness's watchdog, between its looks) would keep its locals alive, the
+    candidate's tensors among them (a CUDA graph's pool then finds a tensor it does not
+    track: torch.compile's "max-autotune" warmed up in a constructor)."""
+    f, names = sys._current_frames().get(thread_id), []
+    while f is not None:
+        names.append(f.f_code.co_filename)
+        f = f.f_back
+    return names
+
+
 def track_thread_origins():
     """Mark each thread with who started it: the first caller outside the standard library
     (threading, concurrent.futures, ...) in an installed package (torch.compile's compile

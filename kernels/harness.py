@@ -305,23 +305,12 @@ class Harness:
         main = threading.main_thread().ident
         benchmark = guards.FLAGS["cudnn_benchmark"][0]  # captured before any candidate ran
 
-        def stack():
-            """The main thread's stack from the top, as file names. No frame outlives this
-            call: one held across the watchdog's sleep would keep its locals alive, the
-            candidate's tensors among them (a CUDA graph's pool then finds a tensor it
-            does not track: torch.compile's "max-autotune" warmed up in a constructor)."""
-            f, names = sys._current_frames().get(main), []
-            while f is not None:
-                names.append(f.f_code.co_filename)
-                f = f.f_back
-            return names
-
         def watch():  # torch.compile, triton or a build inside a call is work, not a hang
             while True:
                 time.sleep(0.5)
                 if not self.in_call:
                     continue
-                names = stack()
+                names = guards.stack(main)
                 # compiling is what runs nearest the top of the stack: from there down past
                 # libraries' frames and generated code ("<...>", as torch.fx's) to a compiler's.
                 # Candidate code on the way is running, not compiling (a hang inside a function
