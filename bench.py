@@ -21,8 +21,9 @@ update seconds (a second update on the same replies: the first pays one-time cos
 is saved as update_s_first), and peak GPU memory in each phase.
 
 Throughput: unique candidates fully evaluated (compiled, checked, timed) per minute with
-the configured workers (checks_per_gpu run workers share each GPU; timing has it alone),
-build latency per candidate, the cost of a build-cache hit, and where the time goes.
+the configured workers (checks_per_gpu run workers share each GPU, checks_per_cpu the CPU;
+timing has the device alone), build latency per candidate, the cost of a build-cache hit,
+and where the time goes.
 Stability: each candidate's speedup from two runs, each in fresh workers; the relative
 difference per candidate and its median over the suite.
 Results go to out/bench/<what>-<backend>.json.
@@ -171,7 +172,8 @@ def throughput(cfg, pairs):
         [iv] = ev.evaluate([(task, INLINE[ev.device])], desc="load_inline")
     inline_s = iv.seconds.get("compile")
     print(f"\nthroughput, {len(pairs)} unique candidates, {rows['cold cache']['workers']} compile workers, "
-          f"{cfg['checks_per_gpu'] if kernels.pick_backend(cfg['backend']) == 'cuda' else 1} run workers per device")
+          f"{cfg['checks_per_gpu' if kernels.pick_backend(cfg['backend']) == 'cuda' else 'checks_per_cpu']} run workers "
+          f"per device")
     print(f"{'':12s} {'cand/min':>9s} {'wall s':>8s} {'ok':>5s} {'build med':>10s} {'build max':>10s} "
           f"{'check med':>10s} {'time med':>9s} {'wait med':>9s} {'run med':>8s}")
     for label, r in rows.items():
