@@ -569,9 +569,9 @@ class Evaluator:
                 # the GPU gate's next step (gate.py), then wait for a message, an exit or the
                 # deadline of a worker that runs; the host gets the device once nobody times
                 host.settle(any(r.kind == "run" and (self.device == "cpu" or r.state == "hold") for r in active))
-                for r in active if exclusive else ():  # before arbitrate grants the CPU
-                    if r.kind == "compile":
-                        r.stop(any(w.kind == "run" and w.state in ("wait", "hold") for w in active))
+                for r in active if exclusive else ():  # before arbitrate grants the CPU (the jobs
+                    if r.kind == "compile":            # started since `timing` was read only join)
+                        r.stop(timing)
                 for g in range(len(self.gpus)):  # (on the CPU the host waits for every run job to end)
                     gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g],
                                    host.state if self.device == "cuda" else None)
