@@ -557,8 +557,9 @@ class Evaluator:
                         while queues[p] and n_build < self.workers and not timing:
                             active.append(self._start(p, queues[p].popleft(), None))
                             n_build += 1
-                    else:  # on the CPU a run job checks and times: none starts while the host works
-                        while queues[p] and not (p == "run" and self.device == "cpu" and host.state) and \
+                    else:  # on the CPU a run job checks and times: none starts while the host works,
+                        # nor while one times (its start-up, before its first pause point, would run beside)
+                        while queues[p] and not timing and not (p == "run" and self.device == "cpu" and host.state) and \
                                 (slot := gate.pick_slot(free, self.slots, active, queues[p][0],
                                                         [e for e, _ in self._exiting])) is not None:
                             free.remove(slot)
