@@ -22,6 +22,7 @@ import time
 import pytest
 import torch
 
+import attention
 import bench
 import common
 import config
@@ -2588,7 +2589,7 @@ def split_kv_cases(dtype, dev, shapes):
         K, V = (torch.randn(B + 1, Hkv, L, hd, generator=g).to(dtype).to(dev)[:B] for _ in range(2))
         start = torch.tensor([(0, 37, col, 200, 5, 130)[i % 6] for i in range(B)], device=dev).clamp(max=col)
         n_keys = min(L, -(-(col + 1) // 64) * 64)
-        o = sampler.split_kv_attention(q, K, V, start, torch.tensor([col], device=dev), n_keys, hd ** -0.5,
+        o = attention.split_kv_attention(q, K, V, start, torch.tensor([col], device=dev), n_keys, hd ** -0.5,
                                        programs=programs)
         keys = torch.arange(n_keys, device=dev)
         mask = ((keys >= start[:, None]) & (keys <= col))[:, None, None]
@@ -2602,7 +2603,7 @@ SPLIT_KV_SHAPES = [(3, 6, 2, 32, 320, 250, 16), (2, 7, 1, 16, 128, 127, 64), (4,
                    (6, 5, 1, 64, 512, 300, 4), (2, 3, 3, 80, 256, 200, 8)]
 
 
-@pytest.mark.skipif(sampler.triton is None, reason="no Triton")
+@pytest.mark.skipif(attention.triton is None, reason="no Triton")
 def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
     """The decode attention kernel, run by Triton's interpreter on the CPU (a fresh process:
     the interpreter is chosen when Triton is imported): SDPA's output over the masked cache,
@@ -2618,9 +2619,9 @@ def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
     assert r.returncode == 0, r.stderr[-3000:]
     assert float(r.stdout.split("max error")[-1]) < 2e-3, r.stdout
     cfg = config.parse([])
-    assert sampler.split_kv_fits(12, 2, 128, torch.bfloat16) and sampler.split_kv_fits(28, 4, 128, torch.float16)
-    assert sampler.split_kv_fits(4, 4, 48, torch.bfloat16) and not sampler.split_kv_fits(12, 2, 128, torch.float32)
-    assert not sampler.split_kv_fits(34, 2, 128, torch.bfloat16) and not sampler.split_kv_fits(8, 8, 512, torch.bfloat16)
+    assert attention.split_kv_fits(12, 2, 128, torch.bfloat16) and attention.split_kv_fits(28, 4, 128, torch.float16)
+    assert attention.split_kv_fits(4, 4, 48, torch.bfloat16) and not attention.split_kv_fits(12, 2, 128, torch.float32)
+    assert not attention.split_kv_fits(34, 2, 128, torch.bfloat16) and not attention.split_kv_fits(8, 8, 512, torch.bfloat16)
     assert cfg["decode_attention"] == "auto"
 
 
@@ -3641,7 +3642,7 @@ def test_split_kv_attention_on_gpu(tiny):
     q = torch.randn(B, H, hd, device="cuda", dtype=torch.bfloat16)
     K, V = (torch.randn(B, Hkv, L, hd, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     start, col = torch.tensor([0, 3, 9, 100, 0, 50, 7, 1], device="cuda"), torch.tensor([200], device="cuda")
-    run = lambda: sampler.split_kv_attention(q, K, V, start, col, 512, hd ** -0.5)
+    run = lambda: attention.split_kv_attention(q, K, V, start, col, 512, hd ** -0.5)
     run()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
