@@ -20,27 +20,57 @@ except ImportError:
 # the H100 at batch 32 a 1.5B model's 64 blocks leave half of the 132 SMs idle, and the cache
 # is read at about a fifth of the memory bandwidth. Here each pair's keys are cut into chunks,
 # one program each (about 4 programs per SM in all), the G query heads share every key and
-# value they load, and a second kernel merges the chunks' partial softmaxes. No mask tensor:
-# row b attends to cache columns start[b]..col, read as numbers inside the kernel, so one
-# captured graph serves every step of a (batch, n_keys) bucket.
+# value they load, and a second kernel merges the chunks' partial softmaxes. Given this step's
+# unrotated q, k, v (rope=), the chunk kernel also applies rotary and writes the cache column:
+# at batch 32 a step's two rotary and two index_copy kernels a layer were a tenth of its time.
 SPLIT_BLOCK = 64   # keys per inner iteration
+PROGRAMS_PER_SM = 4   # split_kv_attention aims for this many programs per SM
+MERGE_PARTS = 16   # chunks the merge reads at once
+MERGE_DIMS = 32    # head dimensions a merge program owns
 
 if triton is not None:
     @triton.jit
+    def _rotary(X, cos, sin, d, rows_ok, HD: tl.constexpr):
+        """x * cos + rotate_half(x) * sin in fp32 for rows of HD values at X (+ row offsets
+        folded into X's pointer block), rounded to X's dtype, as a decoder layer's rotary."""
+        half = HD // 2
+        partner = tl.where(d < half, d + half, d - half)
+        sign = tl.where(d < half, -1.0, 1.0)
+        x = tl.load(X + d, mask=rows_ok & (d < HD), other=0.0).to(tl.float32)
+        y = tl.load(X + partner, mask=rows_ok & (d < HD), other=0.0).to(tl.float32)
+        return x * cos + sign * y * sin
+
+    @triton.jit
     def _split_kv_part(Q, K, V, Start, Col, Acc, Mx, Sm, chunk, scale,
                        sq_b, sq_h, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
+                       Kn, Vn, Cos, Sin, skn_b, skn_h, svn_b, svn_h, sc_b,
                        HKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, HD: tl.constexpr,
-                       HDP: tl.constexpr, BLOCK: tl.constexpr):
+                       HDP: tl.constexpr, BLOCK: tl.constexpr, ROPE: tl.constexpr):
         pair, part = tl.program_id(0), tl.program_id(1)          # (row, kv head), chunk of keys
         b, h = pair // HKV, pair % HKV
         start, col = tl.load(Start + b), tl.load(Col)
         b = b.to(tl.int64)  # a 256-row cache of 32k columns is past 2**31 elements
         lo = part * chunk
         hi = tl.minimum(lo + chunk, col + 1)
+        if ROPE:  # column col is added after the loop
+            hi = tl.minimum(hi, col)
         lo = tl.maximum(lo, start // BLOCK * BLOCK)               # earlier blocks hold only left padding
         g, d, n = tl.arange(0, GP), tl.arange(0, HDP), tl.arange(0, BLOCK)   # HDP: HD padded to a power of two
-        q = tl.load(Q + b * sq_b + (h * G + g)[:, None] * sq_h + d[None, :], mask=(g < G)[:, None] & (d < HD)[None, :],
-                    other=0.0)
+        q_at = Q + b * sq_b + (h * G + g)[:, None] * sq_h
+        q_ok = (g < G)[:, None] & (d < HD)[None, :]
+        if ROPE:  # q, and this step's k and v, come unrotated from the projections
+            cos = tl.load(Cos + b * sc_b + d, mask=d < HD, other=0.0).to(tl.float32)
+            sin = tl.load(Sin + b * sc_b + d, mask=d < HD, other=0.0).to(tl.float32)
+            q = _rotary(q_at, cos[None, :], sin[None, :], d[None, :], (g < G)[:, None], HD).to(Q.dtype.element_ty)
+            k_new = _rotary(Kn + b * skn_b + h * skn_h, cos, sin, d, d < HD, HD).to(K.dtype.element_ty)
+            v_new = tl.load(Vn + b * svn_b + h * svn_h + d, mask=d < HD, other=0.0).to(V.dtype.element_ty)
+            # the chunk holding column col writes it and adds it after its loop; no program reads
+            # it from the cache, so no ordering between programs is needed
+            mine = (d < HD) & (d * 0 + part == col // chunk)   # (a vector: the interpreter wants one)
+            tl.store(K + b * sk_b + h * sk_h + col * sk_n + d, k_new, mask=mine)
+            tl.store(V + b * sv_b + h * sv_h + col * sv_n + d, v_new, mask=mine)
+        else:
+            q = tl.load(q_at + d[None, :], mask=q_ok, other=0.0)
         m = tl.full([GP], float("-inf"), tl.float32)              # running max of the scores
         s = tl.zeros([GP], tl.float32)                            # running sum of exp(score - m)
         acc = tl.zeros([GP, HDP], tl.float32)                     # running sum of exp(score - m) * v
@@ -58,6 +88,16 @@ if triton is not None:
             s = s * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m = m_new
+        if ROPE:  # column col, in the chunk that holds it: the same update for one key
+            x = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], 1) * scale   # (GP,)
+            x = tl.where(g * 0 + part == col // chunk, x, float("-inf"))
+            m_new = tl.maximum(m, x)
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp(x - m_use)
+            alpha = tl.exp(m - m_use)
+            s = s * alpha + p
+            acc = acc * alpha[:, None] + p[:, None] * v_new.to(tl.float32)[None, :]
+            m = m_new
         at = (pair * tl.num_programs(1) + part) * GP + g
         tl.store(Mx + at, m)
         tl.store(Sm + at, s)
@@ -66,21 +106,26 @@ if triton is not None:
     @triton.jit
     def _split_kv_merge(Acc, Mx, Sm, O, splits, so_b, so_h,
                         HKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, HD: tl.constexpr,
-                        HDP: tl.constexpr):
-        pair = tl.program_id(0)
+                        HDP: tl.constexpr, PARTS: tl.constexpr, DIMS: tl.constexpr):
+        # PARTS chunks at once, not one after another (a chain of dependent loads), and DIMS head
+        # dimensions a program: at batch 32 of a 1.5B model 256 programs, not 64
+        pair, dims = tl.program_id(0), tl.program_id(1)
         b, h = pair // HKV, pair % HKV
-        g, d = tl.arange(0, GP), tl.arange(0, HDP)
+        g, d, p = tl.arange(0, GP), dims * DIMS + tl.arange(0, DIMS), tl.arange(0, PARTS)
         m = tl.full([GP], float("-inf"), tl.float32)
         s = tl.zeros([GP], tl.float32)
-        acc = tl.zeros([GP, HDP], tl.float32)
-        for part in range(splits):
-            at = (pair * splits + part) * GP + g
-            mp, sp = tl.load(Mx + at), tl.load(Sm + at)
-            m_new = tl.maximum(m, mp)
+        acc = tl.zeros([GP, DIMS], tl.float32)
+        for p0 in range(0, splits, PARTS):
+            ok = (p0 + p < splits)[:, None]
+            at = (pair * splits + p0 + p)[:, None] * GP + g[None, :]          # (PARTS, GP)
+            mp = tl.load(Mx + at, mask=ok, other=float("-inf"))
+            sp = tl.load(Sm + at, mask=ok, other=0.0)
+            m_new = tl.maximum(m, tl.max(mp, 0))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a chunk with no key: weight 0
-            a, c = tl.exp(m - m_use), tl.exp(mp - m_use)
-            s = s * a + sp * c
-            acc = acc * a[:, None] + tl.load(Acc + at[:, None] * HDP + d[None, :]) * c[:, None]
+            a, c = tl.exp(m - m_use), tl.exp(mp - m_use[None, :])
+            s = s * a + tl.sum(sp * c, 0)
+            x = tl.load(Acc + at[:, :, None] * HDP + d[None, None, :], mask=ok[:, :, None], other=0.0)
+            acc = acc * a[:, None] + tl.sum(x * c[:, :, None], 0)
             m = m_new
         tl.store(O + b * so_b + (h * G + g)[:, None] * so_h + d[None, :], (acc / s[:, None]).to(O.dtype.element_ty),
                  mask=(g < G)[:, None] & (d < HD)[None, :])
@@ -98,11 +143,14 @@ def split_kv_fits(heads, kv_heads, head_dim, dtype):
         heads % kv_heads == 0 and heads // kv_heads <= 16
 
 
-def split_kv_attention(q, K, V, start, col, n_keys, scale, programs=None):
+def split_kv_attention(q, K, V, start, col, n_keys, scale, programs=None, rope=None):
     """One query per row against the cache. q: (B, H, hd); K, V: (B, Hkv, L, hd) caches; start:
-    (B,) each row's first real column; col: (1,) the column this step wrote, the last one
+    (B,) each row's first real column; col: (1,) the column this step writes, the last one
     attended; n_keys: a bound on col + 1 (fixed per captured graph); programs: how many to
-    aim for (default 4 per SM). -> (B, H, hd) in q's dtype."""
+    aim for (default 4 per SM); rope: None when q is rotated and column col already written,
+    else (k, v, cos, sin): this step's k, v (B, Hkv, hd) and rotary tables (B, hd) with q and k
+    unrotated; the kernel rotates them and writes column col (two rotary and two cache-write
+    kernels a layer fewer). -> (B, H, hd) in q's dtype."""
     B, H, hd = q.shape
     Hkv = K.shape[1]
     G = H // Hkv
@@ -110,9 +158,14 @@ def split_kv_attention(q, K, V, start, col, n_keys, scale, programs=None):
     HDP = 1 << (hd - 1).bit_length()
     if q.stride(-1) != 1:
         q = q.contiguous()
+    kn, vn, cos, sin = rope if rope is not None else (q, q, q, q)   # unread placeholders
+    if rope is not None:
+        assert cos.shape == sin.shape == (B, hd) and hd % 2 == 0, "rope: full rotary tables, (B, hd)"
+        kn, vn, cos, sin = (t if t.stride(-1) == 1 else t.contiguous() for t in (kn, vn, cos, sin))
+        assert cos.stride() == sin.stride()
     pairs = B * Hkv
     if programs is None:
-        programs = 4 * sm_count(q.device)
+        programs = PROGRAMS_PER_SM * sm_count(q.device)
     blocks = -(-n_keys // SPLIT_BLOCK)
     chunk = -(-blocks // max(1, min(blocks, -(-programs // pairs)))) * SPLIT_BLOCK
     splits = -(-n_keys // chunk)
@@ -122,7 +175,10 @@ def split_kv_attention(q, K, V, start, col, n_keys, scale, programs=None):
     out = torch.empty(B, H, hd, dtype=q.dtype, device=q.device)
     _split_kv_part[(pairs, splits)](q, K, V, start, col, acc, mx, sm, chunk, scale, q.stride(0), q.stride(1),
                                     K.stride(0), K.stride(1), K.stride(2), V.stride(0), V.stride(1), V.stride(2),
-                                    HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP, BLOCK=SPLIT_BLOCK)
-    _split_kv_merge[(pairs,)](acc, mx, sm, out, splits, out.stride(0), out.stride(1),
-                              HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP)
+                                    kn, vn, cos, sin, kn.stride(0), kn.stride(1), vn.stride(0), vn.stride(1),
+                                    cos.stride(0), HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP, BLOCK=SPLIT_BLOCK,
+                                    ROPE=rope is not None)
+    parts, dims = min(MERGE_PARTS, 1 << (splits - 1).bit_length()), min(MERGE_DIMS, HDP)
+    _split_kv_merge[(pairs, HDP // dims)](acc, mx, sm, out, splits, out.stride(0), out.stride(1),
+                                          HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP, PARTS=parts, DIMS=dims)
     return out

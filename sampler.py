@@ -72,16 +72,21 @@ def rms(x, w, eps):
     return w * (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def qkv(h, ln_w, eps, ws, bs, sizes, cos, sin, hd):
-    """A layer's attention inputs: norm, projections, rotary. h: (B, S, D); ws, bs: the q, k, v
-    weights and biases, or one packed weight (pack()) and bias; sizes: q, k, v's widths; cos,
-    sin: (B, 1, S, hd) -> q (B, H, S, hd), k, v (B, Hkv, S, hd). Weights come as tensors, not
-    modules, so one torch.compile of it serves every layer (--sampler=compile)."""
+def proj(h, ln_w, eps, ws, bs, sizes, hd):
+    """A layer's attention inputs before rotary: norm and projections. h: (B, S, D); ws, bs: the
+    q, k, v weights and biases, or one packed weight (pack()) and bias; sizes: q, k, v's widths
+    -> q (B, H, S, hd), k, v (B, Hkv, S, hd). Weights come as tensors, not modules, so one
+    torch.compile of it serves every layer (--sampler=compile)."""
     B, S, _ = h.shape
     x = rms(h, ln_w, eps)
     y = [F.linear(x, w, b) for w, b in zip(ws, bs)]
     q, k, v = (y if len(y) == 3 else y[0].split(sizes, -1))
-    q, k, v = (t.reshape(B, S, -1, hd).transpose(1, 2) for t in (q, k, v))
+    return tuple(t.reshape(B, S, -1, hd).transpose(1, 2) for t in (q, k, v))
+
+
+def qkv(h, ln_w, eps, ws, bs, sizes, cos, sin, hd):
+    """proj() and rotary. cos, sin: (B, 1, S, hd)."""
+    q, k, v = proj(h, ln_w, eps, ws, bs, sizes, hd)
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
 
@@ -137,22 +142,23 @@ def fusable(core):
             (layer.input_layernorm, layer.post_attention_layernorm))
 
 
-FUSED = None  # (qkv, out_mlp, probs, nucleus_pick) compiled once per process, shared by every Decoder
+FUSED = None  # (qkv, out_mlp, proj, probs, nucleus_pick) compiled once per process, shared by every Decoder
 
 
 def fused_parts():
     global FUSED
     if FUSED is None:
-        FUSED = tuple(torch.compile(f, dynamic=True, fullgraph=True) for f in (qkv, out_mlp, probs, nucleus_pick))
+        FUSED = tuple(torch.compile(f, dynamic=True, fullgraph=True) for f in (qkv, out_mlp, proj, probs, nucleus_pick))
     return FUSED
 
 
 def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None, span=None):
     """The decoder over S new tokens per row, with a cache. ids, pos: (B, S); cols: (S,)
     the cache columns they are written to; mask: (B, 1, S, n_keys) bool, True = attend;
-    ks, vs: per layer (B, Hkv, L, hd) cache views; fused: (qkv, out_mlp) compiled, or None
+    ks, vs: per layer (B, Hkv, L, hd) cache views; fused: (qkv, out_mlp, proj) compiled, or None
     for the layers' own modules; span: for a decode step (S = 1), (start (B,), col (1,)) to
-    attend through split_kv_attention instead of SDPA and the mask (then None).
+    attend through split_kv_attention instead of SDPA and the mask (then None); with fused,
+    that kernel also applies rotary and writes the cache column.
     -> final hidden states (B, S, D)."""
     h = core.embed_tokens(ids)
     cos, sin = core.rotary_emb(h, pos)                       # (B, S, hd)
@@ -161,7 +167,12 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None, span=None):
     for layer, K, V in zip(core.layers, ks, vs):
         a = layer.self_attn
         hd = a.head_dim
-        if fused:
+        rope = None
+        if fused and S == 1 and span is not None:  # rotary and the cache write inside the attention kernel
+            n1 = layer.input_layernorm
+            q, k, v = fused[2](h, n1.weight, n1.variance_epsilon, *projections(a), hd)
+            rope = k[:, :, 0], v[:, :, 0], cos[:, 0, 0], sin[:, 0, 0]
+        elif fused:
             n1 = layer.input_layernorm
             q, k, v = fused[0](h, n1.weight, n1.variance_epsilon, *projections(a), cos, sin, hd)
         else:
@@ -174,14 +185,15 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None, span=None):
             q, k = q.transpose(1, 2), k.transpose(1, 2)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
-        K.index_copy_(2, cols, k.to(K.dtype))
-        V.index_copy_(2, cols, v.to(V.dtype))
+        if rope is None:
+            K.index_copy_(2, cols, k.to(K.dtype))
+            V.index_copy_(2, cols, v.to(V.dtype))
         Kk, Vk = K[:, :, :n_keys], V[:, :, :n_keys]
         H, Hkv = q.shape[1], K.shape[1]
         G = H // Hkv
         scale = getattr(a, "scaling", hd ** -0.5)
         if S == 1 and span is not None:
-            o = split_kv_attention(q[:, :, 0], K, V, *span, n_keys, scale)
+            o = split_kv_attention(q[:, :, 0], K, V, *span, n_keys, scale, rope=rope)
         elif S == 1:  # decode: the G query heads of a kv head become G query rows (no K/V copies)
             o = F.scaled_dot_product_attention(q.reshape(B, Hkv, G, hd), Kk, Vk, attn_mask=mask, scale=scale)
         else:       # prefill, once per batch: repeat K/V per query head
@@ -289,8 +301,8 @@ class Decoder:
     def __init__(self, model, max_batch, max_len, graphs, fuse=False, nucleus="sort", attention="auto"):
         self.model, self.nucleus = model, nucleus
         base, self.core, self.head = decoder_parts(model)
-        self.fused = fused_parts()[:2] if fuse and fusable(self.core) else None
-        self.fused_pick = fused_parts()[2:] if fuse else None  # the draw compiled, for any decoder
+        self.fused = fused_parts()[:3] if fuse and fusable(self.core) else None
+        self.fused_pick = fused_parts()[3:] if fuse else None  # the draw compiled, for any decoder
         self.dev, self.dtype = self.head.weight.device, self.head.weight.dtype
         a = self.core.layers[0].self_attn
         # decode steps through split_kv_attention: on a GPU, where the kernel fits the shapes

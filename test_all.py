@@ -2496,7 +2496,7 @@ def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
         torch.manual_seed(1)
         t1, l1 = sampler.pick(logits, 0.8, top_p, draw)
         torch.manual_seed(1)
-        t2, l2 = sampler.pick(logits, 0.8, top_p, draw, sampler.fused_parts()[2:])
+        t2, l2 = sampler.pick(logits, 0.8, top_p, draw, sampler.fused_parts()[3:])
         assert t1.tolist() == t2.tolist() and torch.allclose(l1, l2, atol=1e-5), draw
     fused.decoder.fused_pick = (broken, broken)
     with pytest.warns(UserWarning, match="torch.compile failed"):
@@ -2577,10 +2577,12 @@ def test_top_p_drawn_without_a_sort_follows_the_nucleus_distribution():
     assert sampler.pick(one, 1.0, 0.95, nucleus="reject")[0].tolist() == [7, 7]
 
 
-def split_kv_cases(dtype, dev, shapes):
+def split_kv_cases(dtype, dev, shapes, rope=False):
     """(kernel output, SDPA over the masked cache in fp32) for rows of one decode step: left
     padding of every kind (none, mid-chunk, a row whose first column is the current one), G
-    query heads per kv head, cache views that are a slice of a larger batch."""
+    query heads per kv head, cache views that are a slice of a larger batch. rope: q and this
+    step's k come unrotated, the kernel rotates them and writes column col (its k and v are
+    compared too, with what Python writes)."""
     import torch.nn.functional as F
     out = []
     for B, H, Hkv, hd, L, col, programs in shapes:
@@ -2589,8 +2591,21 @@ def split_kv_cases(dtype, dev, shapes):
         K, V = (torch.randn(B + 1, Hkv, L, hd, generator=g).to(dtype).to(dev)[:B] for _ in range(2))
         start = torch.tensor([(0, 37, col, 200, 5, 130)[i % 6] for i in range(B)], device=dev).clamp(max=col)
         n_keys = min(L, -(-(col + 1) // 64) * 64)
-        o = attention.split_kv_attention(q, K, V, start, torch.tensor([col], device=dev), n_keys, hd ** -0.5,
-                                       programs=programs)
+        args = None
+        if rope:
+            kn, vn = (torch.randn(B, Hkv, hd, generator=g).to(dtype).to(dev) for _ in range(2))
+            angle = torch.randn(B, hd // 2, generator=g).repeat(1, 2) * 3
+            cos, sin = angle.cos().to(dtype).to(dev), angle.sin().to(dtype).to(dev)
+            turn = lambda x: (x.float() * cos[:, None].float() + sampler.rotate_half(x.float()) * sin[:, None].float())
+            args, q_in = (kn, vn, cos, sin), q
+            q, want_k = turn(q).to(dtype), turn(kn).to(dtype)
+            K_ref, V_ref = K.clone(), V.clone()
+            K_ref[:, :, col], V_ref[:, :, col] = want_k, vn
+        o = attention.split_kv_attention(q_in if rope else q, K, V, start, torch.tensor([col], device=dev), n_keys,
+                                         hd ** -0.5, programs=programs, rope=args)
+        if rope:
+            out += [(K[:, :, col], want_k.float()), (V[:, :, col], vn.float())]
+            K, V = K_ref, V_ref
         keys = torch.arange(n_keys, device=dev)
         mask = ((keys >= start[:, None]) & (keys <= col))[:, None, None]
         ref = F.scaled_dot_product_attention(q.float().reshape(B, Hkv, H // Hkv, hd), K[:, :, :n_keys].float(),
@@ -2612,7 +2627,8 @@ def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
     GPU test covers bf16)."""
     code = ("import torch, test_all\n"
             "err = max((o.float() - r).abs().max().item() for o, r in "
-            "test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES))\n"
+            "test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES)"
+            " + test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES[:3], rope=True))\n"
             "print('max error', err)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, TRITON_INTERPRET="1"))
@@ -3609,7 +3625,8 @@ def test_sampler_settings_on_gpu(tiny, kind, draw):
     model = lively(cfg, tok, std=0.1).cuda()
     ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 9)]
     other = sampler.Sampler(model, dict(cfg, sampler=kind, top_p_draw=draw))
-    assert other.fast
+    assert other.fast and other.decoder.split_kv  # compile: rotary and the cache write in the split-KV kernel
+    assert (other.decoder.fused is not None) == (kind == "compile")
     for p, (toks, _, _) in zip(ps, other.sample(ps, 30, 0.0, 1.0, [tok.eos_token_id])):
         with torch.no_grad(), policy.autocast(model):
             logits = model(torch.tensor([p + toks], device="cuda")).logits[0, len(p) - 1:-1].float()
@@ -3636,7 +3653,7 @@ def test_split_kv_attention_on_gpu(tiny):
     shapes = SPLIT_KV_SHAPES + [(32, 12, 2, 128, 2048, 1300, None), (5, 28, 4, 128, 1024, 1023, None),
                                 (256, 12, 2, 128, 1536, 700, None)]
     for dtype in (torch.bfloat16, torch.float16):
-        for o, r in split_kv_cases(dtype, "cuda", shapes):
+        for o, r in split_kv_cases(dtype, "cuda", shapes) + split_kv_cases(dtype, "cuda", shapes, rope=True):
             assert (o.float() - r).abs().max() < 2e-2, dtype
     B, H, Hkv, hd, L = 8, 12, 2, 128, 1024
     q = torch.randn(B, H, hd, device="cuda", dtype=torch.bfloat16)
