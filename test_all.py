@@ -2614,6 +2614,35 @@ def split_kv_cases(dtype, dev, shapes, rope=False):
     return out
 
 
+def rope_decode_cases():
+    """(rotary and cache write inside the split-KV kernel, the same step through the layers'
+    modules, index_copy and the kernel without them) for one decode step of the tiny model in
+    fp16 with a partly filled cache: the final hidden states and every layer's new cache column
+    (sampler.forward's two decode paths under --sampler=compile and without)."""
+    cfg = config.parse(TINY + ["--tiny_layers=2"])
+    model, tok = policy.load(cfg)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    model = model.half()
+    core = sampler.decoder_parts(model)[1]
+    a = core.layers[0].self_attn
+    B, L, col, hkv = 3, 256, 150, model.config.num_key_value_heads
+    start = torch.tensor([0, 40, 150])
+    caches = [torch.randn(B, hkv, L, a.head_dim).half() for _ in range(2 * len(core.layers))]
+    ids = torch.randint(0, 1000, (B, 1))
+    pos = (col - start)[:, None]
+    cols = torch.tensor([col])
+    outs = []
+    for fused in ((sampler.qkv, sampler.out_mlp, sampler.proj), None):
+        ks, vs = [c.clone() for c in caches[::2]], [c.clone() for c in caches[1::2]]
+        with torch.no_grad():
+            h = sampler.forward(core, ids, pos, cols, None, ks, vs, 256, fused, span=(start, cols))
+        outs.append([h.float()] + [c[:, :, col].float() for c in ks + vs])
+    return list(zip(*outs))
+
+
 SPLIT_KV_SHAPES = [(3, 6, 2, 32, 320, 250, 16), (2, 7, 1, 16, 128, 127, 64), (4, 4, 4, 48, 192, 70, 1),
                    (6, 5, 1, 64, 512, 300, 4), (2, 3, 3, 80, 256, 200, 8)]
 
@@ -2623,12 +2652,14 @@ def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
     """The decode attention kernel, run by Triton's interpreter on the CPU (a fresh process:
     the interpreter is chosen when Triton is imported): SDPA's output over the masked cache,
     with one chunk of keys per row and several, G = 1 to 7 query heads per kv head, head sizes
-    that are powers of two and not. In fp16: the interpreter's bf16 products are wrong (the
+    that are powers of two and not; with rotary and the cache write inside it, alone and in a
+    decoder step (rope_decode_cases). In fp16: the interpreter's bf16 products are wrong (the
     GPU test covers bf16)."""
     code = ("import torch, test_all\n"
             "err = max((o.float() - r).abs().max().item() for o, r in "
             "test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES)"
-            " + test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES[:3], rope=True))\n"
+            " + test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES[:3], rope=True)"
+            " + test_all.rope_decode_cases())\n"
             "print('max error', err)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, TRITON_INTERPRET="1"))
