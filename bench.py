@@ -250,14 +250,14 @@ def stability(cfg, pairs):
     return dict(rows=rows, median_diff=med, p90_diff=pct(diffs, 0.9))
 
 
-def sandbox_cost(cfg, pairs, repeats=3):
+def sandbox_cost(cfg, pairs):
     """What the box costs: the same candidates with a warm build cache, runs with the sandbox
     and without it alternating (run-to-run noise is several percent, so one run of each
     shows little), each in a fresh Evaluator; the medians compared."""
     with kernels.Evaluator(dict(cfg, time_candidates=False)) as ev:
         ev.evaluate(pairs, desc="build")  # warm cache: both sides time the same work
     rates = {True: [], False: []}
-    for i in range(repeats):
+    for i in range(cfg["bench_repeats"]):
         for box in (True, False):
             t0 = time.time()
             with kernels.Evaluator(dict(cfg, sandbox=box)) as ev:

@@ -168,6 +168,7 @@ SETTINGS = {
         bench_gen_batches=("", "policy: also sample at these batch sizes (comma list, e.g. 32,128,256), "
                                "each with enough samples per prompt to fill one batch"),
         fresh_cache=(True, "time cold builds in a new, empty build cache"),
+        bench_repeats=(3, "sandbox: runs with the box and without, alternating, of each"),
     )),
 }
 DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items()}
@@ -199,7 +200,7 @@ AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_
                 "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",
                 "epochs", "batch_size", "grad_accum", "ckpt_every", "log_every", "st_epochs", "crl_steps",
                 "crl_tasks_per_step", "crl_samples", "crl_micro_batch", "ppo_epochs", "crl_ckpt_every",
-                "dump_every", "bench_prompts")
+                "dump_every", "bench_prompts", "bench_repeats")
 ABOVE_ZERO = ("compile_timeout", "run_timeout", "call_timeout", "call_timeout_factor", "round_seconds",
               "teacher_timeout", "lr", "st_lr", "crl_lr", "bucket_width", "tau", "top_p", "reward_clip")
 

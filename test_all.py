@@ -1934,11 +1934,11 @@ def test_bench_commands_print_their_tables(cache, tmp_path):
     assert "median difference" in out and "over 2 candidates" in out, out
     res = json.load(open(os.path.join(tmp_path, "bench", "all-cpu.json")))
     assert len(res["stability"]["rows"]) == 2 and res["throughput"]["inline_status"] == "ok"
-    out = run_script("bench.py", ["--what=sandbox", "--only=gelu", *common_args])
+    out = run_script("bench.py", ["--what=sandbox", "--only=gelu", "--bench_repeats=1", *common_args])
     assert "with the box" in out and "without" in out and "the box costs" in out and "not ok" not in out, out
     assert ("protections in the box: all" in out) == (not sandbox.probe()), out
     res = json.load(open(os.path.join(tmp_path, "bench", "sandbox-cpu.json")))
-    assert len(res["sandbox"]["with_box"]) == len(res["sandbox"]["without"]) == 3
+    assert len(res["sandbox"]["with_box"]) == len(res["sandbox"]["without"]) == 1
     assert res["sandbox"]["refused"] == sandbox.probe()
 
 
@@ -2663,6 +2663,9 @@ def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
             "print('max error', err)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, TRITON_INTERPRET="1"))
+    if r.returncode and "only 0-dimensional arrays can be converted to Python scalars" in r.stderr:
+        pytest.skip("this Triton's interpreter cannot loop over bounds a kernel loads when numpy is 2.4 or "
+                    "newer (seen with Triton 3.6; 3.9 can)")
     assert r.returncode == 0, r.stderr[-3000:]
     assert float(r.stdout.split("max error")[-1]) < 2e-3, r.stdout
     cfg = config.parse([])
