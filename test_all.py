@@ -1987,6 +1987,44 @@ def test_job_control_groups_are_removed_and_stale_ones_cleaned(cache, tasks):
     assert not [n for b in set(limits._cgroup_bases().values()) for n in os.listdir(b) if n.startswith(mine)]
 
 
+_SESSION_SPINNER = """
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+# busy for 8 s in a session of its own: the gate's SIGSTOP of its worker's process group
+# does not reach it (the box's reaper ends it with the job)
+subprocess.Popen([sys.executable, "-c", "import time\\nt = time.time()\\nwhile time.time() - t < 8: pass"],
+                 start_new_session=True)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        time.sleep(0.3)  # slow checks: paused, and stopped, while its neighbour times
+        return torch.nn.functional.gelu(x)
+"""
+
+
+def test_a_process_in_a_session_of_its_own_stops_with_its_job(cache, tasks, monkeypatch):
+    """On the CPU a worker paused while its neighbour times is stopped, and with it its job's
+    control group frozen: a process its candidate started in a session of its own stops too,
+    and the neighbour is timed without its load (not `disturbed`). Without the freezer (the
+    known limit before) the neighbour's rounds saw that process's load."""
+    if "freezer" not in limits._cgroup_bases():
+        pytest.skip(f"this machine gives jobs no freezer: {sandbox.probe()}")
+    honest = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "naive.py")).read()
+    frozen = []
+    thaw = limits.JobGroup.freeze
+    monkeypatch.setattr(limits.JobGroup, "freeze", lambda self, on: frozen.append(on) or thaw(self, on))
+    with make_eval(cache, "cpu", static_check=False) as ev:  # (the static check would stop it first)
+        spinner, v = ev.evaluate([(tasks["gelu"], _SESSION_SPINNER), (tasks["gelu"], honest)])
+    assert v.ok and "disturbed" not in v.flags, f"{v.status}/{v.reason} {v.flags}: {v.message}"
+    assert True in frozen and frozen.count(True) == frozen.count(False), frozen
+
+
 def test_job_limits_are_watched_where_no_group_can_be_made(cache, tasks, monkeypatch):
     """cgroup v2 delegates only what the group above turns on, and no memory controller to a
     group that holds processes (the GPU machines have neither pids nor memory): there the

@@ -241,9 +241,11 @@ class Evaluator:
         timeout = self.cfg["compile_timeout"] if kind == "compile" else self.cfg["run_timeout"]
         # the job's limits, whatever it starts included: processes, memory, CPU time
         self._jobs += 1
+        # (frozen with its worker on the CPU only, where a stopped job's other processes would
+        # run on the timed cores; the GPU gate's stops are as they were, SIGSTOP alone)
         group = limits.JobGroup(f"{self._jobs}-{kind}", self.cfg["max_processes"], self.memory,
-                                 self.worker.cpu_limit(self.cfg, kind, job.get("cores"))) \
-            if self.cfg["sandbox"] else None
+                                 self.worker.cpu_limit(self.cfg, kind, job.get("cores")),
+                                 freezer=self.device == "cpu") if self.cfg["sandbox"] else None
         job = dict(job, env=env, cgroups=group.dirs if group else {}, kernelbench=bool(item.get("kb_job")),
                    confirm=None if item.get("kb_job") else item.get("confirm"))
         if kind == "run" and self.device == "cuda":
@@ -305,6 +307,8 @@ class Evaluator:
             os.killpg(r.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if r.group is not None:  # a frozen process dies only once thawed
+            r.group.freeze(False)
         r.proc.kill()
         r.proc.join(10)
         # a build killed mid-way leaves torch's lock file; nothing else holds it now

@@ -307,11 +307,15 @@ class Running:
             pass
 
     def stop(self, stop=True):
+        """Stop its process group (or let it go on), and freeze (thaw) its job's control group:
+        what the candidate started in a session of its own stops with it."""
         if self.stopped != stop:
             try:
                 os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
             except (ProcessLookupError, PermissionError):
                 pass
+            if self.group is not None:
+                self.group.freeze(stop)
             self._set(stopped=stop)
 
 

@@ -8,6 +8,8 @@ evaluator watches the job's processes instead (sandbox.WATCHED). Standard librar
     group.dirs                           # the worker joins these (sandbox.enter)
     group.over_limit(worker_pid)         # the parent, while the job runs: CPU time (and the rest
                                          # where no group enforces it)
+    group.freeze(True); group.freeze(False)  # the parent: stop every process of the job (those in
+                                         # sessions of their own too) while a neighbour times, then thaw
     group.verdict(); group.close()       # the parent, after the job: a limit it hit; remove it
     clean_groups()                       # groups of evaluators that died before removing theirs
     descendants(pid)                     # every live process below pid
@@ -67,9 +69,10 @@ def _field(d, name, key):
 
 
 def _cgroup_bases():
-    """{'pids' | 'memory' | 'cpu': the folder this process's job groups go in}: per controller
-    in a cgroup v1 hierarchy, else in the v2 (unified) one where it delegates the controller,
-    always below this process's own group (so the machine's accounting still covers jobs)."""
+    """{'pids' | 'memory' | 'cpu' | 'freezer': the folder this process's job groups go in}: per
+    controller in a cgroup v1 hierarchy, else in the v2 (unified) one where it delegates the
+    controller (v2 freezes any group: cgroup.freeze), always below this process's own group
+    (so the machine's accounting still covers jobs)."""
     global _BASES
     if _BASES is not None:
         return _BASES
@@ -88,12 +91,12 @@ def _cgroup_bases():
                     paths[c] = path.lstrip("/")
     except (OSError, ValueError):
         return _BASES
-    for want, v1 in (("pids", "pids"), ("memory", "memory"), ("cpu", "cpuacct")):
+    for want, v1 in (("pids", "pids"), ("memory", "memory"), ("cpu", "cpuacct"), ("freezer", "freezer")):
         if v1 in mounts and v1 in paths:
             d = os.path.join(mounts[v1], paths[v1])
         elif "" in mounts and "" in paths:
             d = os.path.join(mounts[""], paths[""])
-            if want != "cpu":  # v2 counts CPU time in every group (cpu.stat); the others need delegating
+            if want in ("pids", "memory"):  # v2 counts CPU time and freezes in every group; these need delegating
                 try:
                     with open(os.path.join(d, "cgroup.subtree_control")) as f:
                         if want not in f.read().split():
@@ -116,11 +119,25 @@ def _members(d):
         return []
 
 
+def _freeze(d, on):
+    """Freeze (or thaw) every process in one group folder -> True where it has a freezer."""
+    for name, value in (("cgroup.freeze", "1" if on else "0"), ("freezer.state", "FROZEN" if on else "THAWED")):
+        if os.path.exists(os.path.join(d, name)):
+            try:
+                write_value(d, name, value)
+                return True
+            except OSError:
+                return False
+    return False
+
+
 def _remove_group(d, tries=1):
     """Kill what is left in one group folder, then remove it -> True once it is gone (the
-    killed take a moment to exit: more tries wait for them, 10 ms apart)."""
+    killed take a moment to exit: more tries wait for them, 10 ms apart; a frozen group is
+    thawed after the kill, as a v1 frozen process cannot die)."""
     for i in range(tries):
         signal_all(_members(d), signal.SIGKILL)
+        _freeze(d, False)
         try:
             os.rmdir(d)
             return True
@@ -176,10 +193,12 @@ class JobGroup:
     and no memory controller to a group that holds processes), the parent watches the job's
     processes and threads, and its memory, instead (over_limit)."""
 
-    def __init__(self, name, pids=0, memory=0, cpu=0.0):
+    def __init__(self, name, pids=0, memory=0, cpu=0.0, freezer=True):
         self.name, self.pids, self.memory, self.cpu, self.dirs, self._next_look = name, pids, memory, cpu, {}, 0.0
         self.hit = None  # a limit over_limit found the job over
         for what, base in _cgroup_bases().items():
+            if what == "freezer" and not freezer:
+                continue
             d = os.path.join(base, f"{GROUP_PREFIX}{os.getpid()}-{name}")
             v2 = os.path.exists(os.path.join(base, "cgroup.controllers"))
             try:
@@ -236,6 +255,13 @@ class JobGroup:
                                             f"memory (job_memory_gb; watched twice a second) and were killed")
                 return True
         return bool(self.cpu and "cpu" in self.dirs and self.cpu_seconds() > self.cpu)
+
+    def freeze(self, on):
+        """Stop (True) or let go on (False) every process of the job, a process the candidate
+        started in a session of its own included (the gate's SIGSTOP reaches its worker's
+        process group only) -> True where the job has a freezer."""
+        d = self.dirs.get("freezer")
+        return bool(d) and _freeze(d, on)
 
     def verdict(self):
         """(reason, message) for a limit the job ran into, or None."""
