@@ -168,13 +168,13 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None, span=None):
         a = layer.self_attn
         hd = a.head_dim
         rope = None
-        if fused and S == 1 and span is not None:  # rotary and the cache write inside the attention kernel
+        if fused:
             n1 = layer.input_layernorm
-            q, k, v = fused[2](h, n1.weight, n1.variance_epsilon, *projections(a), hd)
-            rope = k[:, :, 0], v[:, :, 0], cos[:, 0, 0], sin[:, 0, 0]
-        elif fused:
-            n1 = layer.input_layernorm
-            q, k, v = fused[0](h, n1.weight, n1.variance_epsilon, *projections(a), cos, sin, hd)
+            if S == 1 and span is not None:  # rotary and the cache write inside the attention kernel
+                q, k, v = fused[2](h, n1.weight, n1.variance_epsilon, *projections(a), hd)
+                rope = k[:, :, 0], v[:, :, 0], cos[:, 0, 0], sin[:, 0, 0]
+            else:
+                q, k, v = fused[0](h, n1.weight, n1.variance_epsilon, *projections(a), cos, sin, hd)
         else:
             x = layer.input_layernorm(h)
             q = a.q_proj(x).view(B, S, -1, hd)
