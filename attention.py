@@ -1,9 +1,11 @@
-"""Decode attention for the sampler (sampler.py): one query per row against a static KV
-cache, split over the keys (flash-decoding) in Triton kernels of our own. No mask tensor: row b
-attends to cache columns start[b]..col, read as numbers inside the kernel, so one captured CUDA
-graph serves every step of a (batch, n_keys) bucket.
+"""Triton kernels of the sampler's decode step (sampler.py). Attention: one query per row
+against a static KV cache, split over the keys (flash-decoding). No mask tensor: row b attends
+to cache columns start[b]..col, read as numbers inside the kernel, so one captured CUDA graph
+serves every step of a (batch, n_keys) bucket. The MLP's down product at up to 32 rows, with
+silu(gate) * up computed as it is loaded.
 
     o = attention.split_kv_attention(q, K, V, start, col, n_keys, scale)   # (B, H, hd)
+    p = attention.mlp_down(gate, up, w_down)   # (splits, B, D) fp32 partial sums of the product
 """
 import functools
 
@@ -25,6 +27,8 @@ except ImportError:
 # at batch 32 a step's two rotary and two index_copy kernels a layer were a tenth of its time.
 SPLIT_BLOCK = 64   # keys per inner iteration
 PROGRAMS_PER_SM = 4   # split_kv_attention aims for this many programs per SM
+FEW_PAIRS_PROGRAMS_PER_SM = 2   # ... and this many where (row, kv head) pairs are fewer than SMs: on the
+                                # H100 2% faster at batch 32 of a 1.5B model (64 pairs), 2% slower at 256
 MERGE_PARTS = 16   # chunks the merge reads at once
 MERGE_DIMS = 32    # head dimensions a merge program owns
 
@@ -131,6 +135,28 @@ if triton is not None:
                  mask=(g < G)[:, None] & (d < HD)[None, :])
 
 
+    @triton.jit
+    def _mlp_down_part(Gt, Ut, W, P, M, N, I, k_per, s_g, s_u, s_w, s_ps, s_pm,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        # (rows, outputs, a slice of the MLP's width): silu(gate) * up on load, the down
+        # product's partial sum over the slice to P[slice] in fp32. The weight tile is the
+        # product's first operand and the activations, computed in registers, its second: the
+        # other way round the kernel took more than twice as long on the H100
+        pm, pn, ps = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        m, n, kk = pm * BM + tl.arange(0, BM), pn * BN + tl.arange(0, BN), tl.arange(0, BK)
+        acc = tl.zeros([BN, BM], tl.float32)
+        lo = ps * k_per
+        for k0 in range(lo, lo + k_per, BK):
+            k = k0 + kk
+            ok = (k < I)[:, None] & (m < M)[None, :]
+            g = tl.load(Gt + m[None, :] * s_g + k[:, None], mask=ok, other=0.0).to(tl.float32)
+            u = tl.load(Ut + m[None, :] * s_u + k[:, None], mask=ok, other=0.0).to(tl.float32)
+            x = (g * tl.sigmoid(g) * u).to(W.dtype.element_ty)                          # (BK, BM)
+            w = tl.load(W + n[:, None] * s_w + k[None, :], mask=(n < N)[:, None] & (k < I)[None, :], other=0.0)
+            acc += tl.dot(w, x)                                                          # (BN, BM)
+        tl.store(P + ps * s_ps + m[None, :] * s_pm + n[:, None], acc, mask=(m < M)[None, :] & (n < N)[:, None])
+
+
 @functools.lru_cache(maxsize=None)
 def sm_count(device):
     return torch.cuda.get_device_properties(device).multi_processor_count
@@ -147,10 +173,11 @@ def split_kv_attention(q, K, V, start, col, n_keys, scale, programs=None, rope=N
     """One query per row against the cache. q: (B, H, hd); K, V: (B, Hkv, L, hd) caches; start:
     (B,) each row's first real column; col: (1,) the column this step writes, the last one
     attended; n_keys: a bound on col + 1 (fixed per captured graph); programs: how many to
-    aim for (default 4 per SM); rope: None when q is rotated and column col already written,
-    else (k, v, cos, sin): this step's k, v (B, Hkv, hd) and rotary tables (B, hd) with q and k
-    unrotated; the kernel rotates them and writes column col (two rotary and two cache-write
-    kernels a layer fewer). -> (B, H, hd) in q's dtype."""
+    aim for (default 4 per SM, 2 with fewer (row, kv head) pairs than SMs); rope: None when q
+    is rotated and column col already written, else (k, v, cos, sin): this step's k, v (B, Hkv,
+    hd) and rotary tables (B, hd) with q and k unrotated; the kernel rotates them and writes
+    column col (two rotary and two cache-write kernels a layer fewer). -> (B, H, hd) in q's
+    dtype."""
     B, H, hd = q.shape
     Hkv = K.shape[1]
     G = H // Hkv
@@ -165,7 +192,8 @@ def split_kv_attention(q, K, V, start, col, n_keys, scale, programs=None, rope=N
         assert cos.stride() == sin.stride()
     pairs = B * Hkv
     if programs is None:
-        programs = PROGRAMS_PER_SM * (sm_count(q.device) if q.is_cuda else 8)  # CPU: Triton's interpreter (tests)
+        sms = sm_count(q.device) if q.is_cuda else 8   # CPU: Triton's interpreter (tests)
+        programs = (PROGRAMS_PER_SM if pairs >= sms else FEW_PAIRS_PROGRAMS_PER_SM) * sms
     blocks = -(-n_keys // SPLIT_BLOCK)
     chunk = -(-blocks // max(1, min(blocks, -(-programs // pairs)))) * SPLIT_BLOCK
     splits = -(-n_keys // chunk)
@@ -182,3 +210,41 @@ def split_kv_attention(q, K, V, start, col, n_keys, scale, programs=None, rope=N
     _split_kv_merge[(pairs, HDP // dims)](acc, mx, sm, out, splits, out.stride(0), out.stride(1),
                                           HKV=Hkv, G=G, GP=GP, HD=hd, HDP=HDP, PARTS=parts, DIMS=dims)
     return out
+
+
+# The MLP's down projection of a decode step, silu(gate) * up computed as it is loaded and the
+# product split over the MLP's width (split-K): at 32 rows of a 1.5B model the separate
+# silu-mul kernel, cuBLAS's split-K reduction and the residual add were each a few microseconds
+# of latency a layer. The partial sums go back unreduced; the next layer's norm adds them to
+# the residual (sampler.proj), so no kernel of their own.
+DOWN_MAX_ROWS = 32   # above this cuBLAS's GEMM and a separate silu-mul did better (H100, 64 rows)
+DOWN_BLOCK = (64, 128, 64)   # rows, outputs, width a program's tile holds at most (best on the H100 at 32 rows)
+DOWN_SPLITS = None   # width slices; None: enough programs to cover the SMs once
+
+
+def mlp_down_fits(rows, dtype):
+    return triton is not None and rows <= DOWN_MAX_ROWS and dtype in (torch.bfloat16, torch.float16)
+
+
+def mlp_down(g, u, w, splits=None):
+    """silu(g) * u @ w.T as split-K partial sums. g, u: (..., I) gate and up outputs (views of
+    one packed output are fine); w: (N, I) the down weight -> (splits, rows, N) fp32, whose sum
+    over the first dimension is the product (rounded to w's dtype, what F.linear returns)."""
+    I = g.shape[-1]
+    g, u = g.reshape(-1, I), u.reshape(-1, I)
+    if g.stride(-1) != 1 or u.stride(-1) != 1:
+        g, u = g.contiguous(), u.contiguous()
+    M, N = g.shape[0], w.shape[0]
+    BM = min(DOWN_BLOCK[0], max(16, 1 << (M - 1).bit_length()))
+    BN, BK = DOWN_BLOCK[1:]
+    tiles = -(-M // BM) * -(-N // BN)
+    if splits is None:
+        programs = sm_count(g.device) if g.is_cuda else 8
+        splits = DOWN_SPLITS or max(1, min(-(-I // BK), -(-programs // tiles)))
+    k_per = -(-I // splits // BK) * BK
+    splits = -(-I // k_per)
+    p = torch.empty(splits, M, N, dtype=torch.float32, device=g.device)
+    _mlp_down_part[(-(-M // BM), -(-N // BN), splits)](g, u, w, p, M, N, I, k_per, g.stride(0), u.stride(0),
+                                                        w.stride(0), p.stride(0), p.stride(1),
+                                                        BM=BM, BN=BN, BK=BK, num_warps=8, num_stages=4)
+    return p

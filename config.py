@@ -221,9 +221,9 @@ PRESETS = {
                   gen_batch=24, max_new_tokens=256, run_timeout=60.0, compile_timeout=120.0),
     # A real coder model on one GPU, where you have its weights (local path or hub cache).
     # The settings measured fastest for this shape on an H100 (random weights, results/LOG.md):
-    # the compiled decoder and the sort-free top-p draw (12,552 tok/s at batch 32, 46,325 at
+    # the compiled decoder and the sort-free top-p draw (13,163 tok/s at batch 32, 47,115 at
     # 256), bf16 weights with fp32 masters and compiled layers in training (a Stage 3 update
-    # at 37.6% MFU, 8 sequences a micro-batch).
+    # at 38.4% MFU, 8 sequences a micro-batch).
     "qwen1.5b": dict(model="Qwen/Qwen2.5-Coder-1.5B-Instruct", lr=1e-5, weight_decay=0.01, epochs=2,
                      batch_size=2, grad_accum=8, warmup=10, max_len=6144, max_new_tokens=3072,
                      temperature=0.8, sampler="compile", top_p_draw="reject", dtype="bf16", compile_update=True),

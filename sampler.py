@@ -18,7 +18,8 @@ padded), so a step writes one column for every row. Finished rows stop costing c
 when at most half of a bucket is still live, the live rows move to the front of the cache
 and decoding continues at the next smaller bucket. Attention reads only the cache columns
 written so far, rounded up to a multiple of `KEY_BUCKET`; on a GPU a decode step attends
-through split_kv_attention, a Triton kernel of our own (SDPA with --decode_attention=sdpa).
+through split_kv_attention, a Triton kernel of our own (SDPA with --decode_attention=sdpa),
+and under --sampler=compile takes its MLP's down product at up to 32 rows through mlp_down.
 Other architectures (sliding-window attention, ...) fall back to `generate` (policy.py).
 """
 import copy
@@ -28,7 +29,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from attention import split_kv_attention, split_kv_fits
+from attention import mlp_down, mlp_down_fits, split_kv_attention, split_kv_fits
 
 KEY_BUCKET = 512   # attention length granularity: cache columns read per step, rounded up
 CHECK_EVERY = 8    # decode steps between host checks of which rows have finished
@@ -72,31 +73,40 @@ def rms(x, w, eps):
     return w * (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def proj(h, ln_w, eps, ws, bs, sizes, hd):
-    """A layer's attention inputs before rotary: norm and projections. h: (B, S, D); ws, bs: the
+def proj(h, part, ln_w, eps, ws, bs, sizes, hd):
+    """A layer's attention inputs before rotary: norm and projections. h: (B, S, D); part: None
+    or the previous layer's MLP output as mlp_down's partial sums, added to h first; ws, bs: the
     q, k, v weights and biases, or one packed weight (pack()) and bias; sizes: q, k, v's widths
-    -> q (B, H, S, hd), k, v (B, Hkv, S, hd). Weights come as tensors, not modules, so one
+    -> h, q (B, H, S, hd), k, v (B, Hkv, S, hd). Weights come as tensors, not modules, so one
     torch.compile of it serves every layer (--sampler=compile)."""
     B, S, _ = h.shape
+    if part is not None:  # slice by slice (unrolled: part's length is fixed): this norm's kernel adds them
+        h = h + sum(part.unbind(0)).to(h.dtype).view_as(h)
     x = rms(h, ln_w, eps)
     y = [F.linear(x, w, b) for w, b in zip(ws, bs)]
     q, k, v = (y if len(y) == 3 else y[0].split(sizes, -1))
-    return tuple(t.reshape(B, S, -1, hd).transpose(1, 2) for t in (q, k, v))
+    return (h,) + tuple(t.reshape(B, S, -1, hd).transpose(1, 2) for t in (q, k, v))
 
 
 def qkv(h, ln_w, eps, ws, bs, sizes, cos, sin, hd):
     """proj() and rotary. cos, sin: (B, 1, S, hd)."""
-    q, k, v = proj(h, ln_w, eps, ws, bs, sizes, hd)
+    _, q, k, v = proj(h, None, ln_w, eps, ws, bs, sizes, hd)
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
 
-def out_mlp(h, o, wo, bo, ln_w, eps, wgu, wd):
-    """A layer's rest: output projection and residual, norm, SiLU-gated MLP and residual.
+def gate_up(h, o, wo, bo, ln_w, eps, wgu):
+    """A layer's output projection and residual, norm, and the MLP's gate and up products.
     h: (B, S, D); o: (B, S, H * hd); wgu: the gate and up weights, or one packed weight
-    (pack()) -> (B, S, D)."""
+    (pack()) -> h, gate, up."""
     h = h + F.linear(o, wo, bo)
     x = rms(h, ln_w, eps)
     g, u = [F.linear(x, w) for w in wgu] if len(wgu) == 2 else F.linear(x, wgu[0]).chunk(2, -1)
+    return h, g, u
+
+
+def out_mlp(h, o, wo, bo, ln_w, eps, wgu, wd):
+    """A layer's rest: gate_up() and the SiLU-gated MLP's down product and residual -> (B, S, D)."""
+    h, g, u = gate_up(h, o, wo, bo, ln_w, eps, wgu)
     return h + F.linear(F.silu(g) * u, wd)
 
 
@@ -142,36 +152,41 @@ def fusable(core):
             (layer.input_layernorm, layer.post_attention_layernorm))
 
 
-FUSED = None  # (qkv, out_mlp, proj, probs, nucleus_pick) compiled once per process, shared by every Decoder
+FUSED = None  # (qkv, out_mlp, proj, gate_up, probs, nucleus_pick) compiled once per process, shared by all
 
 
 def fused_parts():
     global FUSED
     if FUSED is None:
-        FUSED = tuple(torch.compile(f, dynamic=True, fullgraph=True) for f in (qkv, out_mlp, proj, probs, nucleus_pick))
+        FUSED = tuple(torch.compile(f, dynamic=True, fullgraph=True)
+                      for f in (qkv, out_mlp, proj, gate_up, probs, nucleus_pick))
     return FUSED
 
 
 def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None, span=None):
     """The decoder over S new tokens per row, with a cache. ids, pos: (B, S); cols: (S,)
     the cache columns they are written to; mask: (B, 1, S, n_keys) bool, True = attend;
-    ks, vs: per layer (B, Hkv, L, hd) cache views; fused: (qkv, out_mlp, proj) compiled, or None
-    for the layers' own modules; span: for a decode step (S = 1), (start (B,), col (1,)) to
-    attend through split_kv_attention instead of SDPA and the mask (then None); with fused,
-    that kernel also applies rotary and writes the cache column.
+    ks, vs: per layer (B, Hkv, L, hd) cache views; fused: (qkv, out_mlp, proj, gate_up)
+    compiled, or None for the layers' own modules; span: for a decode step (S = 1), (start (B,),
+    col (1,)) to attend through split_kv_attention instead of SDPA and the mask (then None);
+    with fused, that kernel also applies rotary and writes the cache column, and up to
+    DOWN_MAX_ROWS rows take the MLP's down product through mlp_down.
     -> final hidden states (B, S, D)."""
     h = core.embed_tokens(ids)
     cos, sin = core.rotary_emb(h, pos)                       # (B, S, hd)
     cos, sin = cos[:, None], sin[:, None]
     B, S, _ = h.shape
+    step = fused and S == 1 and span is not None   # a decode step through our kernels
+    down = step and mlp_down_fits(B, h.dtype)
+    part = None   # the last layer's MLP output, mlp_down's partial sums not yet added to h
     for layer, K, V in zip(core.layers, ks, vs):
         a = layer.self_attn
         hd = a.head_dim
         rope = None
         if fused:
             n1 = layer.input_layernorm
-            if S == 1 and span is not None:  # rotary and the cache write inside the attention kernel
-                q, k, v = fused[2](h, n1.weight, n1.variance_epsilon, *projections(a), hd)
+            if step:  # rotary and the cache write inside the attention kernel
+                h, q, k, v = fused[2](h, part, n1.weight, n1.variance_epsilon, *projections(a), hd)
                 rope = k[:, :, 0], v[:, :, 0], cos[:, 0, 0], sin[:, 0, 0]
             else:
                 q, k, v = fused[0](h, n1.weight, n1.variance_epsilon, *projections(a), cos, sin, hd)
@@ -203,10 +218,17 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None, span=None):
         if fused:
             n2, m = layer.post_attention_layernorm, layer.mlp
             wgu = [m.packed] if hasattr(m, "packed") else [m.gate_proj.weight, m.up_proj.weight]
-            h = fused[1](h, o, a.o_proj.weight, a.o_proj.bias, n2.weight, n2.variance_epsilon, wgu, m.down_proj.weight)
+            args = (h, o, a.o_proj.weight, a.o_proj.bias, n2.weight, n2.variance_epsilon, wgu)
+            if down:
+                h, g, u = fused[3](*args)
+                part = mlp_down(g, u, m.down_proj.weight)
+            else:
+                h = fused[1](*args, m.down_proj.weight)
         else:
             h = h + a.o_proj(o)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
+    if part is not None:
+        h = h + part.sum(0).to(h.dtype).view_as(h)
     return core.norm(h)
 
 
@@ -301,8 +323,8 @@ class Decoder:
     def __init__(self, model, max_batch, max_len, graphs, fuse=False, nucleus="sort", attention="auto"):
         self.model, self.nucleus = model, nucleus
         base, self.core, self.head = decoder_parts(model)
-        self.fused = fused_parts()[:3] if fuse and fusable(self.core) else None
-        self.fused_pick = fused_parts()[3:] if fuse else None  # the draw compiled, for any decoder
+        self.fused = fused_parts()[:4] if fuse and fusable(self.core) else None
+        self.fused_pick = fused_parts()[4:] if fuse else None  # the draw compiled, for any decoder
         self.dev, self.dtype = self.head.weight.device, self.head.weight.dtype
         a = self.core.layers[0].self_attn
         # decode steps through split_kv_attention: on a GPU, where the kernel fits the shapes

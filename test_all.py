@@ -2542,7 +2542,7 @@ def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
         torch.manual_seed(1)
         t1, l1 = sampler.pick(logits, 0.8, top_p, draw)
         torch.manual_seed(1)
-        t2, l2 = sampler.pick(logits, 0.8, top_p, draw, sampler.fused_parts()[3:])
+        t2, l2 = sampler.pick(logits, 0.8, top_p, draw, sampler.fused_parts()[4:])
         assert t1.tolist() == t2.tolist() and torch.allclose(l1, l2, atol=1e-5), draw
     fused.decoder.fused_pick = (broken, broken)
     with pytest.warns(UserWarning, match="torch.compile failed"):
@@ -2681,12 +2681,31 @@ def rope_decode_cases():
     pos = (col - start)[:, None]
     cols = torch.tensor([col])
     outs = []
-    for fused in ((sampler.qkv, sampler.out_mlp, sampler.proj), None):
+    for fused in ((sampler.qkv, sampler.out_mlp, sampler.proj, sampler.gate_up), None):
         ks, vs = [c.clone() for c in caches[::2]], [c.clone() for c in caches[1::2]]
         with torch.no_grad():
             h = sampler.forward(core, ids, pos, cols, None, ks, vs, 256, fused, span=(start, cols))
         outs.append([h.float()] + [c[:, :, col].float() for c in ks + vs])
     return list(zip(*outs))
+
+
+def mlp_down_cases(dtype, dev, shapes):
+    """(attention.mlp_down's partial sums added up, silu(g) * u @ w.T in fp32, silu(g) * u
+    rounded to the dtype as the kernel rounds it) for (rows, outputs, width, splits): edges of
+    every tile, one width slice and several, g and u as views of one packed output."""
+    import torch.nn.functional as F
+    out = []
+    for M, N, I, splits in shapes:
+        g = torch.Generator().manual_seed(M * N + I)
+        gu = torch.randn(M, 1, 2 * I, generator=g).to(dtype).to(dev)
+        w = (torch.randn(N, I, generator=g) * 0.02).to(dtype).to(dev)
+        p = attention.mlp_down(*gu.chunk(2, -1), w, splits)
+        gt, ut = gu.float().chunk(2, -1)
+        out.append((p.sum(0), F.linear((F.silu(gt) * ut).to(dtype).float(), w.float())[:, 0]))
+    return out
+
+
+MLP_DOWN_SHAPES = [(3, 200, 300, None), (70, 130, 520, 3), (20, 64, 128, 2)]
 
 
 SPLIT_KV_SHAPES = [(3, 6, 2, 32, 320, 250, 16), (2, 7, 1, 16, 128, 127, 64), (4, 4, 4, 48, 192, 70, 1),
@@ -2699,13 +2718,15 @@ def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
     the interpreter is chosen when Triton is imported): SDPA's output over the masked cache,
     with one chunk of keys per row and several, G = 1 to 7 query heads per kv head, head sizes
     that are powers of two and not; with rotary and the cache write inside it, alone and in a
-    decoder step (rope_decode_cases). In fp16: the interpreter's bf16 products are wrong (the
-    GPU test covers bf16)."""
+    decoder step (rope_decode_cases, which takes the MLP's down product through mlp_down too);
+    mlp_down alone. In fp16: the interpreter's bf16 products are wrong (the GPU test covers
+    bf16)."""
     code = ("import torch, test_all\n"
             "err = max((o.float() - r).abs().max().item() for o, r in "
             "test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES)"
             " + test_all.split_kv_cases(torch.float16, 'cpu', test_all.SPLIT_KV_SHAPES[:3], rope=True)"
-            " + test_all.rope_decode_cases())\n"
+            " + test_all.rope_decode_cases()"
+            " + test_all.mlp_down_cases(torch.float16, 'cpu', test_all.MLP_DOWN_SHAPES))\n"
             "print('max error', err)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, TRITON_INTERPRET="1"))
@@ -3729,12 +3750,16 @@ def test_split_kv_attention_on_gpu(tiny):
     """The decode attention kernel on CUDA in bf16 and fp16, at Qwen2 1.5B and 7B head shapes
     too, against SDPA over the masked cache in fp32; replayed as a CUDA graph while the column
     advances, as the sampler replays it; and a sampler using it draws the greedy tokens a
-    plain recomputation ranks best (within bf16 rounding), as the SDPA path does."""
+    plain recomputation ranks best (within bf16 rounding), as the SDPA path does. The MLP's
+    down kernel (mlp_down) at 1.5B and 7B shapes too."""
     shapes = SPLIT_KV_SHAPES + [(32, 12, 2, 128, 2048, 1300, None), (5, 28, 4, 128, 1024, 1023, None),
                                 (256, 12, 2, 128, 1536, 700, None)]
     for dtype in (torch.bfloat16, torch.float16):
         for o, r in split_kv_cases(dtype, "cuda", shapes) + split_kv_cases(dtype, "cuda", shapes, rope=True):
             assert (o.float() - r).abs().max() < 2e-2, dtype
+        down = MLP_DOWN_SHAPES + [(32, 1536, 8960, None), (64, 3584, 18944, None), (8, 1536, 8960, 16)]
+        for o, r in mlp_down_cases(dtype, "cuda", down):   # 1.5B and 7B shapes too
+            assert (o - r).abs().max() < 2e-2, dtype
     B, H, Hkv, hd, L = 8, 12, 2, 128, 1024
     q = torch.randn(B, H, hd, device="cuda", dtype=torch.bfloat16)
     K, V = (torch.randn(B, Hkv, L, hd, device="cuda", dtype=torch.bfloat16) for _ in range(2))
