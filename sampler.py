@@ -29,7 +29,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from attention import mlp_down, mlp_down_fits, split_kv_attention, split_kv_fits
+from decode import mlp_down, mlp_down_fits, split_kv_attention, split_kv_fits
 
 KEY_BUCKET = 512   # attention length granularity: cache columns read per step, rounded up
 CHECK_EVERY = 8    # decode steps between host checks of which rows have finished

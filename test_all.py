@@ -22,7 +22,7 @@ import time
 import pytest
 import torch
 
-import attention
+import decode
 import bench
 import common
 import config
@@ -2647,7 +2647,7 @@ def split_kv_cases(dtype, dev, shapes, rope=False):
             q, want_k = turn(q).to(dtype), turn(kn).to(dtype)
             K_ref, V_ref = K.clone(), V.clone()
             K_ref[:, :, col], V_ref[:, :, col] = want_k, vn
-        o = attention.split_kv_attention(q_in if rope else q, K, V, start, torch.tensor([col], device=dev), n_keys,
+        o = decode.split_kv_attention(q_in if rope else q, K, V, start, torch.tensor([col], device=dev), n_keys,
                                          hd ** -0.5, programs=programs, rope=args)
         if rope:
             out += [(K[:, :, col], want_k.float()), (V[:, :, col], vn.float())]
@@ -2690,7 +2690,7 @@ def rope_decode_cases():
 
 
 def mlp_down_cases(dtype, dev, shapes):
-    """(attention.mlp_down's partial sums added up, silu(g) * u @ w.T in fp32, silu(g) * u
+    """(decode.mlp_down's partial sums added up, silu(g) * u @ w.T in fp32, silu(g) * u
     rounded to the dtype as the kernel rounds it) for (rows, outputs, width, splits): edges of
     every tile, one width slice and several, g and u as views of one packed output."""
     import torch.nn.functional as F
@@ -2699,7 +2699,7 @@ def mlp_down_cases(dtype, dev, shapes):
         g = torch.Generator().manual_seed(M * N + I)
         gu = torch.randn(M, 1, 2 * I, generator=g).to(dtype).to(dev)
         w = (torch.randn(N, I, generator=g) * 0.02).to(dtype).to(dev)
-        p = attention.mlp_down(*gu.chunk(2, -1), w, splits)
+        p = decode.mlp_down(*gu.chunk(2, -1), w, splits)
         gt, ut = gu.float().chunk(2, -1)
         out.append((p.sum(0), F.linear((F.silu(gt) * ut).to(dtype).float(), w.float())[:, 0]))
     return out
@@ -2712,7 +2712,7 @@ SPLIT_KV_SHAPES = [(3, 6, 2, 32, 320, 250, 16), (2, 7, 1, 16, 128, 127, 64), (4,
                    (6, 5, 1, 64, 512, 300, 4), (2, 3, 3, 80, 256, 200, 8)]
 
 
-@pytest.mark.skipif(attention.triton is None, reason="no Triton")
+@pytest.mark.skipif(decode.triton is None, reason="no Triton")
 def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
     """The decode attention kernel, run by Triton's interpreter on the CPU (a fresh process:
     the interpreter is chosen when Triton is imported): SDPA's output over the masked cache,
@@ -2736,9 +2736,9 @@ def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
     assert r.returncode == 0, r.stderr[-3000:]
     assert float(r.stdout.split("max error")[-1]) < 2e-3, r.stdout
     cfg = config.parse([])
-    assert attention.split_kv_fits(12, 2, 128, torch.bfloat16) and attention.split_kv_fits(28, 4, 128, torch.float16)
-    assert attention.split_kv_fits(4, 4, 48, torch.bfloat16) and not attention.split_kv_fits(12, 2, 128, torch.float32)
-    assert not attention.split_kv_fits(34, 2, 128, torch.bfloat16) and not attention.split_kv_fits(8, 8, 512, torch.bfloat16)
+    assert decode.split_kv_fits(12, 2, 128, torch.bfloat16) and decode.split_kv_fits(28, 4, 128, torch.float16)
+    assert decode.split_kv_fits(4, 4, 48, torch.bfloat16) and not decode.split_kv_fits(12, 2, 128, torch.float32)
+    assert not decode.split_kv_fits(34, 2, 128, torch.bfloat16) and not decode.split_kv_fits(8, 8, 512, torch.bfloat16)
     assert cfg["decode_attention"] == "auto"
 
 
@@ -3764,7 +3764,7 @@ def test_split_kv_attention_on_gpu(tiny):
     q = torch.randn(B, H, hd, device="cuda", dtype=torch.bfloat16)
     K, V = (torch.randn(B, Hkv, L, hd, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     start, col = torch.tensor([0, 3, 9, 100, 0, 50, 7, 1], device="cuda"), torch.tensor([200], device="cuda")
-    run = lambda: attention.split_kv_attention(q, K, V, start, col, 512, hd ** -0.5)
+    run = lambda: decode.split_kv_attention(q, K, V, start, col, 512, hd ** -0.5)
     run()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):

@@ -4,8 +4,8 @@ to cache columns start[b]..col, read as numbers inside the kernel, so one captur
 serves every step of a (batch, n_keys) bucket. The MLP's down product at up to 32 rows, with
 silu(gate) * up computed as it is loaded.
 
-    o = attention.split_kv_attention(q, K, V, start, col, n_keys, scale)   # (B, H, hd)
-    p = attention.mlp_down(gate, up, w_down)   # (splits, B, D) fp32 partial sums of the product
+    o = decode.split_kv_attention(q, K, V, start, col, n_keys, scale)   # (B, H, hd)
+    p = decode.mlp_down(gate, up, w_down)   # (splits, B, D) fp32 partial sums of the product
 """
 import functools
 
