@@ -1,8 +1,8 @@
 """Triton kernels of the sampler's decode step (sampler.py). Attention: one query per row
 against a static KV cache, split over the keys (flash-decoding). No mask tensor: row b attends
 to cache columns start[b]..col, read as numbers inside the kernel, so one captured CUDA graph
-serves every step of a (batch, n_keys) bucket. The MLP's down product at up to 32 rows, with
-silu(gate) * up computed as it is loaded.
+serves every step of a (batch, n_keys) bucket. The MLP's down product of a small model at up
+to 32 rows, with silu(gate) * up computed as it is loaded.
 
     o = decode.split_kv_attention(q, K, V, start, col, n_keys, scale)   # (B, H, hd)
     p = decode.mlp_down(gate, up, w_down)   # (splits, B, D) fp32 partial sums of the product
@@ -218,12 +218,16 @@ def split_kv_attention(q, K, V, start, col, n_keys, scale, programs=None, rope=N
 # of latency a layer. The partial sums go back unreduced; the next layer's norm adds them to
 # the residual (sampler.proj), so no kernel of their own.
 DOWN_MAX_ROWS = 32   # above this cuBLAS's GEMM and a separate silu-mul did better (H100, 64 rows)
+DOWN_MAX_WEIGHT = 32 << 20   # weight elements; above, cuBLAS's GEMM reads them faster than the
+                             # few kernels a layer saved (H100: 1.5B's 14M a win, 7B's 68M a loss)
 DOWN_BLOCK = (64, 128, 64)   # rows, outputs, width a program's tile holds at most (best on the H100 at 32 rows)
 DOWN_SPLITS = None   # width slices; None: enough programs to cover the SMs once
 
 
-def mlp_down_fits(rows, dtype):
-    return triton is not None and rows <= DOWN_MAX_ROWS and dtype in (torch.bfloat16, torch.float16)
+def mlp_down_fits(rows, w):
+    """True where mlp_down is used for `rows` rows and the down weight w."""
+    return triton is not None and rows <= DOWN_MAX_ROWS and w.numel() <= DOWN_MAX_WEIGHT and \
+        w.dtype in (torch.bfloat16, torch.float16)
 
 
 def mlp_down(g, u, w, splits=None):

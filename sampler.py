@@ -19,7 +19,7 @@ when at most half of a bucket is still live, the live rows move to the front of 
 and decoding continues at the next smaller bucket. Attention reads only the cache columns
 written so far, rounded up to a multiple of `KEY_BUCKET`; on a GPU a decode step attends
 through split_kv_attention, a Triton kernel of our own (SDPA with --decode_attention=sdpa),
-and under --sampler=compile takes its MLP's down product at up to 32 rows through mlp_down.
+and under --sampler=compile a small model's MLP down product at up to 32 rows through mlp_down.
 Other architectures (sliding-window attention, ...) fall back to `generate` (policy.py).
 """
 import copy
@@ -169,15 +169,15 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None, span=None):
     ks, vs: per layer (B, Hkv, L, hd) cache views; fused: (qkv, out_mlp, proj, gate_up)
     compiled, or None for the layers' own modules; span: for a decode step (S = 1), (start (B,),
     col (1,)) to attend through split_kv_attention instead of SDPA and the mask (then None);
-    with fused, that kernel also applies rotary and writes the cache column, and up to
-    DOWN_MAX_ROWS rows take the MLP's down product through mlp_down.
+    with fused, that kernel also applies rotary and writes the cache column, and where
+    mlp_down_fits, the MLP's down product goes through mlp_down.
     -> final hidden states (B, S, D)."""
     h = core.embed_tokens(ids)
     cos, sin = core.rotary_emb(h, pos)                       # (B, S, hd)
     cos, sin = cos[:, None], sin[:, None]
     B, S, _ = h.shape
     step = fused and S == 1 and span is not None   # a decode step through our kernels
-    down = step and mlp_down_fits(B, h.dtype)
+    down = step and mlp_down_fits(B, core.layers[0].mlp.down_proj.weight)
     part = None   # the last layer's MLP output, mlp_down's partial sums not yet added to h
     for layer, K, V in zip(core.layers, ks, vs):
         a = layer.self_attn

@@ -2740,6 +2740,10 @@ def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
     assert decode.split_kv_fits(4, 4, 48, torch.bfloat16) and not decode.split_kv_fits(12, 2, 128, torch.float32)
     assert not decode.split_kv_fits(34, 2, 128, torch.bfloat16) and not decode.split_kv_fits(8, 8, 512, torch.bfloat16)
     assert cfg["decode_attention"] == "auto"
+    w = lambda n, i, dtype=torch.bfloat16: torch.empty(n, i, dtype=dtype, device="meta")   # down weights
+    assert decode.mlp_down_fits(32, w(1536, 8960)) and decode.mlp_down_fits(3, w(1536, 8960, torch.float16))
+    assert not decode.mlp_down_fits(33, w(1536, 8960)) and not decode.mlp_down_fits(32, w(1536, 8960, torch.float32))
+    assert not decode.mlp_down_fits(32, w(3584, 18944))   # 7B: cuBLAS's GEMM was faster
 
 
 def test_split_kv_attention_that_cannot_run_falls_back_to_sdpa(tiny):
