@@ -549,6 +549,8 @@ def step_bench(cfg):
             say(f"       --overlap, {row['judged']} seeds judged a step ({row['ok']} ok): {row['sequential_s']:.2f} s a step one part after "
                 f"another, {row['overlap_s']:.2f} s overlapped (of which {row['wait_s']:.2f} s waiting for the judging); "
                 f"not ok of {row['rounds'] * row['judged']}: {row['failed'] or 'none'}")
+            for k, m in row.get("why", {}).items():
+                say(f"       {k}: {m}")
     say("(the table's step: sampling, then judging, then the update, nothing overlapped)")
     common.dist_teardown()
     return dict(judge_per_min=60 * per_s, seeds=len(judged), rows=rows)
@@ -567,10 +569,12 @@ def overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs, n=2):
     fresh = lambda j: [(t, f"{sol.code}\n# bench step {j}, candidate {i}\n") for i, (t, sol) in enumerate((pairs * k)[:k])]
     rand = lambda: torch.rand(k).tolist()
     failed = collections.Counter()  # beside the policy's memory: what fails that did not alone
+    why = {}  # the last message of each kind of failure
 
     def tally(j):  # judge step j's candidates -> how many are ok; the others' reasons counted
         judged = ev.evaluate(fresh(j), progress=False)
-        failed.update(f"{v.status}/{v.reason}" for v in judged if not v.ok)
+        failed.update(f"{v.status}/{v.reason} ({v.task})" for v in judged if not v.ok)
+        why.update({f"{v.status}/{v.reason} ({v.task})": v.message[:300] for v in judged if not v.ok})
         return sum(v.ok for v in judged)
     t0 = time.time()
     for j in range(n):
@@ -595,7 +599,7 @@ def overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs, n=2):
             grpo.learn(c, model, ref, opt, tok, s, rand(), 1, stale=True)
         s = nxt
     return dict(judged=k, sequential_s=seq, overlap_s=(time.time() - t0) / n, wait_s=wait / n, ok=ok, failed=dict(failed),
-                rounds=2 * n)
+                why=why, rounds=2 * n)
 
 
 def run(cfg):
