@@ -1,8 +1,10 @@
 """A thread threading does not list (started through _thread, as compiled code's would be)
-that spins on the worker's cores whenever the candidate is not the one running: the
-reference, timed in between, runs on fewer cores and behind a busy interpreter lock, so the
-candidate (the same GELU) looks faster. Stopped by the CPU time such threads use while the
-reference is timed (timing.ThreadWatch)."""
+that spins on the worker's cores while the timing runs and the candidate is not the one
+running (it reads the harness's frames: inside run_timing, outside this file), and sleeps
+otherwise: the reference, timed in between, runs on fewer cores and behind a busy
+interpreter lock, so the candidate (the same GELU) looks faster, and the checks, not slowed,
+give nothing away. Stopped by the CPU time such threads use while the reference is timed
+(timing.ThreadWatch)."""
 import _thread
 import os
 import sys
@@ -18,23 +20,24 @@ STATIC = True  # the static check (kernels/static.py) finds it too
 MAIN = threading.main_thread().ident
 
 
-def mine():
-    f = sys._current_frames().get(MAIN)
+def timing_the_reference():
+    f, timed = sys._current_frames().get(MAIN), False
     while f is not None:
         if f.f_code.co_filename == __file__:
-            return True
+            return False  # the candidate's own call
+        timed = timed or f.f_code.co_name == "run_timing"
         f = f.f_back
-    return False
+    return timed
 
 
 def spin():
     while True:
-        if mine():
-            time.sleep(0.0002)
-        else:
+        if timing_the_reference():
             t = time.perf_counter()
             while time.perf_counter() - t < 0.002:
                 pass
+        else:
+            time.sleep(0.0002)
 
 
 _thread.start_new_thread(spin, ())
