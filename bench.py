@@ -573,8 +573,11 @@ def overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs, n=2):
 
     def tally(j):  # judge step j's candidates -> how many are ok; the others' reasons counted
         judged = ev.evaluate(fresh(j), progress=False)
-        failed.update(f"{v.status}/{v.reason} ({v.task})" for v in judged if not v.ok)
-        why.update({f"{v.status}/{v.reason} ({v.task})": v.message[:300] for v in judged if not v.ok})
+        for v in judged:
+            if not v.ok:
+                kind = f"{v.status}/{v.reason} ({v.task})"
+                failed[kind] += 1
+                why[kind] = v.message[:300]
         return sum(v.ok for v in judged)
     t0 = time.time()
     for j in range(n):

@@ -159,7 +159,8 @@ if triton is not None:
 
 @functools.lru_cache(maxsize=None)
 def sm_count(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    """The GPU's SMs, or 8 on a CPU (Triton's interpreter, in the tests)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
 
 def split_kv_fits(heads, kv_heads, head_dim, dtype):
@@ -192,7 +193,7 @@ def split_kv_attention(q, K, V, start, col, n_keys, scale, programs=None, rope=N
         assert cos.stride() == sin.stride()
     pairs = B * Hkv
     if programs is None:
-        sms = sm_count(q.device) if q.is_cuda else 8   # CPU: Triton's interpreter (tests)
+        sms = sm_count(q.device)
         programs = (PROGRAMS_PER_SM if pairs >= sms else FEW_PAIRS_PROGRAMS_PER_SM) * sms
     blocks = -(-n_keys // SPLIT_BLOCK)
     chunk = -(-blocks // max(1, min(blocks, -(-programs // pairs)))) * SPLIT_BLOCK
@@ -243,8 +244,7 @@ def mlp_down(g, u, w, splits=None):
     BN, BK = DOWN_BLOCK[1:]
     tiles = -(-M // BM) * -(-N // BN)
     if splits is None:
-        programs = sm_count(g.device) if g.is_cuda else 8
-        splits = DOWN_SPLITS or max(1, min(-(-I // BK), -(-programs // tiles)))
+        splits = DOWN_SPLITS or max(1, min(-(-I // BK), -(-sm_count(g.device) // tiles)))
     k_per = -(-I // splits // BK) * BK
     splits = -(-I // k_per)
     p = torch.empty(splits, M, N, dtype=torch.float32, device=g.device)

@@ -1655,8 +1655,9 @@ def check_seeds(cache, tasks, backend, language="auto"):
         # "Known limits"; seen once in CI: attention's fast seed 4.00x, then 1.73x): a seed
         # rejected `unconfirmed` there is judged once more, in full; twice is a failure
         again = [i for i, v in enumerate(vs) if v.reason == "unconfirmed"] if backend == "cpu" else []
-        for i, v in zip(again, ev.evaluate([(pairs[i][0], pairs[i][1] + "\n# judged again\n") for i in again])):
-            vs[i] = v
+        if again:
+            for i, v in zip(again, ev.evaluate([(pairs[i][0], pairs[i][1] + "\n# judged again\n") for i in again])):
+                vs[i] = v
     bad = [f"{v.solution}: {v.status}/{v.reason}: {v.message}\n{v.log}" for v in vs if not v.ok]
     assert not bad, "\n".join(bad)
     for v in vs:  # the always-zero task, and only it, is flagged
