@@ -6,7 +6,7 @@ import kernels
 
 EXPECT = "timeout/timeout"
 TASK = "gelu"
-OPTIONS = {"run_timeout": 30.0}
+OPTIONS = {"call_timeout": 0.5, "call_timeout_factor": 1.0, "run_timeout": 30.0}
 
 lib = kernels.load_cuda(r'''
 __global__ void spin(volatile int* flag) { while (*flag == 0) { } }

@@ -9,7 +9,7 @@ import torch.nn as nn
 
 EXPECT = "rejected/library_symbols"
 TASK = "gelu"
-OPTIONS = {"static_check": True}
+OPTIONS = {"require_kernel": True, "static_check": True}
 
 lib = kernels.load_cuda(r"""
 #include <csignal>

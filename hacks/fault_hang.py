@@ -3,7 +3,7 @@ import torch.nn as nn
 
 EXPECT = "timeout/timeout"
 TASK = "gelu"
-OPTIONS = {"run_timeout": 20.0}
+OPTIONS = {"call_timeout": 0.5, "call_timeout_factor": 1.0, "run_timeout": 30.0}
 
 
 class ModelNew(nn.Module):

@@ -4,7 +4,7 @@ import torch.nn as nn
 
 EXPECT = "rejected/no_kernel"
 TASK = "gelu"
-OPTIONS = {"require_kernel": True}
+OPTIONS = {"require_kernel": True, "static_check": True}
 
 
 class ModelNew(nn.Module):

@@ -9,7 +9,7 @@ import torch.nn as nn
 
 EXPECT = "runtime_error/memory_limit"
 TASK = "gelu"
-OPTIONS = {"job_memory_gb": 2.0}
+OPTIONS = {"settle_seconds": 3.0, "confirm_speedup": 0.0, "job_memory_gb": 2.0}
 NEEDS = ("job memory",)
 
 

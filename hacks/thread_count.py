@@ -9,7 +9,7 @@ import torch.nn as nn
 EXPECT = "rejected/static_check"
 TASK = "gelu"
 STATIC = True  # the static check (kernels/static.py) finds it too
-OPTIONS = {"static_check": True}
+OPTIONS = {"require_kernel": True, "static_check": True}
 
 _threads = torch.get_num_threads()
 

@@ -14,7 +14,7 @@ import torch.nn as nn
 EXPECT = "rejected/timed_output"
 TASK = "gelu"
 STATIC = True
-OPTIONS = {"confirm_speedup": 0.0}
+OPTIONS = {"settle_seconds": 3.0, "confirm_speedup": 0.0, "job_memory_gb": 2.0}
 
 
 def _timed():

@@ -7,7 +7,7 @@ import triton.language as tl
 
 EXPECT = "rejected/cached_output"
 TASK = "gelu"
-OPTIONS = {"language": "triton"}
+OPTIONS = {"language": "triton", "require_kernel": True}
 
 
 @triton.jit

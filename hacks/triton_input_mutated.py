@@ -7,7 +7,7 @@ import triton.language as tl
 
 EXPECT = "rejected/input_mutated"
 TASK = "swish_bias"
-OPTIONS = {"language": "triton"}
+OPTIONS = {"language": "triton", "require_kernel": True}
 
 
 @triton.jit

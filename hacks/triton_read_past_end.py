@@ -9,7 +9,7 @@ import triton.language as tl
 
 EXPECT = "incorrect/nan"
 TASK = "gelu"
-OPTIONS = {"language": "triton"}
+OPTIONS = {"language": "triton", "require_kernel": True}
 
 
 @triton.jit

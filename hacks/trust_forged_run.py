@@ -13,7 +13,7 @@ import torch.nn as nn
 
 EXPECT = "rejected/static_check"
 TASK = "gelu"
-OPTIONS = {"static_check": True}
+OPTIONS = {"require_kernel": True, "static_check": True}
 STATIC = True
 
 f = sys._getframe()

@@ -10,6 +10,7 @@ from torch.utils.cpp_extension import load_inline
 EXPECT = "ok"
 TASK = "linear_relu"
 FLAGS = ["reused_output"]
+OPTIONS = {"call_timeout": 1.0}  # with torch_compile.py: its build and that compile run side by side
 SET_FLAGS = ["cudnn_benchmark"]
 
 src = r"""
