@@ -189,7 +189,9 @@ def _kb(v):
     kb = v.kernelbench
     if not kb:
         return ""
-    return f"ok {kb['speedup']:.2f}x" if kb["status"] == "ok" else f"{kb['status']}/{kb['reason']}"
+    if kb["status"] != "ok":
+        return f"{kb['status']}/{kb['reason']}"
+    return f"ok {kb['speedup']:.2f}x" if kb["speedup"] else "ok (not timed)"
 
 
 def audit(pairs, verdicts):
