@@ -1541,7 +1541,7 @@ def test_hacks_and_faults_cuda(cache, tasks):
 
 def test_a_float64_reference_the_gpu_has_no_memory_for_is_oom_not_a_float32_comparison(monkeypatch):
     """Beside a hog holding all but 12 GB of an H100, the exact conv_bias_relu_scale seed was
-    rejected `precision` in 2 of 16 judgings (3.8e-3 against 1e-4): its float64 reference ran
+    rejected `precision` in 2 of 8 judgings (3.8e-3 against 1e-4): its float64 reference ran
     out of memory, the comparison fell back to the float32 reference, whose convolution ran in
     TF32, with that reference's own error taken as none. Out of GPU memory is now raised after
     one retry (the job's verdict: oom, judged again alone), at the copy and at each run; an op
