@@ -734,21 +734,32 @@ def test_a_disagreement_once_is_judged_again_and_the_second_round_stands(cache, 
     4.00x to 1.73x between its two measurements, and it was rejected unconfirmed. A
     disagreement must now happen twice: the whole round again, from the first timing, in fresh
     workers. This honest candidate (diag(a) @ B as a broadcast product, many times the
-    reference) is slowed in the first round's second measurement only (its second import, counted
-    in its work folder), as noise would; it is accepted, confirmed by the second round, and says
-    so. hacks/confirm_first_only.py, whose trick works every time, is rejected in both rounds."""
-    code = ("import os\nimport time\n\nimport torch\n\n"
-            "count = os.path.join(os.environ['TMPDIR'], 'imports')\n"
-            "n = int(open(count).read()) + 1 if os.path.exists(count) else 1\n"
-            "with open(count, 'w') as f:\n    f.write(str(n))\n\n\n"
+    reference) is slowed in the first round's second measurements only (every one: under load a
+    second measurement is taken again), as noise would; it is accepted, confirmed by the second
+    round, and says so. It counts its first timings in its work folder and tells a second
+    measurement by the module only that job imports (hence no static check here).
+    hacks/confirm_first_only.py, whose trick works every time, is rejected in both rounds;
+    hacks/confirm_round_aware.py, honest after its first timing, gets its honest speed."""
+    code = ("import os\nimport sys\nimport time\n\nimport torch\n\n"
+            "second = 'kernels.confirm' in sys.modules\n"
+            "runs = os.path.join(os.environ['TMPDIR'], 'first_timings')\n"
+            "n = int(open(runs).read()) if os.path.exists(runs) else 0\n"
+            "if not second:\n    n += 1\n    with open(runs, 'w') as f:\n        f.write(str(n))\n\n\n"
             "class ModelNew(torch.nn.Module):\n    def forward(self, a, B):\n"
-            "        if n == 2:  # the first round's second measurement\n            time.sleep(0.05)\n"
+            "        if second and n == 1:  # the first round's second measurement\n            time.sleep(0.05)\n"
             "        return a.unsqueeze(1) * B\n")
-    with make_eval(cache, "cpu") as ev:
-        [v] = ev.evaluate([(tasks["diag_matmul"], code)])
+    with make_eval(cache, "cpu", static_check=False) as ev:
+        for attempt in range(3):
+            [v] = ev.evaluate([(tasks["diag_matmul"], code + f"# attempt {attempt}\n")])
+            # a first timing that other processes disturbed gives way to a quiet, lower second
+            # one (the rule above), with no second round: then the machine was busy; again
+            if "under load, then at" not in v.message:
+                break
+        else:
+            pytest.skip(f"other processes loaded this machine in 3 first timings: {v.message}")
     assert v.ok and v.speedup >= 1.5 and v.confirmed, (v.status, v.reason, v.message)
     assert "judged again: in a first round, timed at" in v.message, v.message
-    assert v.seconds["confirm"] > 0 and v.seconds["total"] >= v.seconds["run"] + v.seconds["confirm"]
+    assert v.seconds["confirm"] > 0 and v.seconds["total"] >= v.seconds["run"] + v.seconds["confirm"] - 0.01
 
 
 def test_the_load_probe_sees_another_process_on_its_cores():
