@@ -534,20 +534,20 @@ class Harness:
 # The jobs, and the worker processes that run them
 
 def compile_reference(h, ref, xs):
-    """torch.compile of the reference (--baseline=compile), called once, before any candidate
-    code runs in this worker, with compiler caches no candidate can write (shared by all
-    jobs, so later ones reuse the compiled code); then this worker's writes are confined to
-    its own folders, and its compilers use its program's own caches. Timing calls this
-    compiled reference: nothing of the reference is compiled after the candidate loads, so
-    no file a candidate planted can stand in for it. -> the compiled callable."""
+    """torch.compile of the reference (--baseline=compile), once, before any candidate code runs
+    here, with compiler caches no candidate can write (shared by all jobs, one compiling at a
+    time; later ones reuse the code); then this worker's writes are confined to its own folders
+    and its compilers use its program's own caches. Timing calls this compiled reference:
+    nothing of it is compiled after the candidate loads, so no planted file stands in for it."""
     own = {k: os.environ.get(k, "") for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
     shared = h.job["reference_cache"]
     os.environ.update(TRITON_CACHE_DIR=os.path.join(shared, "triton"),
                       TORCHINDUCTOR_CACHE_DIR=os.path.join(shared, "inductor"))
     try:
-        fn = torch.compile(ref)
-        fn(*xs)
-        h.sync()
+        with sandbox.exclusive(os.path.join(shared, "compile.lock")):
+            fn = torch.compile(ref)
+            fn(*xs)
+            h.sync()
     finally:
         os.environ.update(own)
     if h.cfg["sandbox"]:

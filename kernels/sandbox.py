@@ -23,8 +23,10 @@ and every thread or process it starts after entering, which is where candidate c
 Each job also gets limits of its own (limits.py: a control group, or the parent's watch,
 sandbox.WATCHED, where none can be made).
 """
+import contextlib
 import ctypes
 import errno
+import fcntl
 import os
 import signal
 import stat
@@ -444,6 +446,16 @@ def program_cache(root, src_hash):
     Identical programs share it, and no program can plant a file where another one will
     load from."""
     return os.path.join(root, "programs", src_hash[:32])
+
+
+@contextlib.contextmanager
+def exclusive(path):
+    """One process at a time in the block, across workers (an flock on `path`): two jobs that
+    compile the reference into the shared cache at once collided there (in PID namespaces
+    their compilers' temporary files, named by pid and thread, are one path; seen in CI)."""
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def confine(writable):
