@@ -34,24 +34,23 @@ def gpu_out_of_memory(e):
     return isinstance(e, torch.OutOfMemoryError) or "CUDA out of memory" in str(e)
 
 
-def _retry_after_oom(fn):
-    try:
-        return fn()
-    except Exception as e:
-        if not gpu_out_of_memory(e):
-            raise
-    torch.cuda.empty_cache()  # the memory may have been this process's cache, or a passing neighbour's
-    return fn()
+def _in_float64(fn, fallback):
+    """fn() -> its result; fallback where it fails (an op without a float64 kernel); where the
+    GPU has no memory for it, once more after giving the cache back, then raised."""
+    for attempt in range(2):
+        try:
+            return fn()
+        except Exception as e:
+            if not gpu_out_of_memory(e):
+                return fallback
+            if attempt:
+                raise
+        torch.cuda.empty_cache()  # the memory may have been this process's cache, or a passing neighbour's
 
 
 def float64_copy(ref):
     """The reference model in float64, or None where it cannot be converted."""
-    try:
-        return _retry_after_oom(lambda: copy.deepcopy(ref).double())
-    except Exception as e:
-        if gpu_out_of_memory(e):
-            raise
-        return None
+    return _in_float64(lambda: copy.deepcopy(ref).double(), None)
 
 
 def reference_outputs(ref, ref64, xs):
@@ -62,13 +61,10 @@ def reference_outputs(ref, ref64, xs):
     r32 = ref(*xs)
     if ref64 is None:
         return r32, r32, None
-    try:
-        return r32, _retry_after_oom(lambda: ref64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
-                                                     else x for x in xs])), ref64
-    except Exception as e:
-        if gpu_out_of_memory(e):
-            raise
-        return r32, r32, None
+    failed = object()
+    r64 = _in_float64(lambda: ref64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                                      for x in xs]), failed)
+    return (r32, r32, None) if r64 is failed else (r32, r64, ref64)
 
 
 _CHUNK = 1 << 24  # elements per chunk: comparisons of gigabyte outputs stay small in memory
