@@ -1587,6 +1587,10 @@ def test_a_float64_reference_the_gpu_has_no_memory_for_is_oom_not_a_float32_comp
     with pytest.raises(torch.OutOfMemoryError):
         correctness.float64_copy(Huge())
     assert harness.classify(torch.OutOfMemoryError("CUDA out of memory"), "the checks").reason == "oom"
+    cublas = RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+    with pytest.raises(RuntimeError):  # cuBLAS's own words for no memory: raised too, never compared in float32
+        correctness.reference_outputs(lambda x: x * 2, lambda x: (_ for _ in ()).throw(cublas), [x])
+    assert harness.classify(cublas, "the checks").reason == "oom"
 
 
 def test_checks_let_go_of_earlier_outputs_past_a_memory_limit():

@@ -30,8 +30,10 @@ def gpu_out_of_memory(e):
     own dtype instead: its error is then unknown and taken as none, and an exact candidate
     beside a reference whose convolutions ran in TF32 (PyTorch's default) was rejected
     `precision` (3.8e-3 against 1e-4) whenever other workers, or a policy, filled the GPU.
-    Raised instead: the job's verdict is `oom`, which the Evaluator judges again alone."""
-    return isinstance(e, torch.OutOfMemoryError) or "CUDA out of memory" in str(e)
+    Raised instead: the job's verdict is `oom`, which the Evaluator judges again alone. cuBLAS
+    says it its own way when it has no memory for a GEMM's workspace."""
+    return isinstance(e, torch.OutOfMemoryError) or any(
+        m in str(e) for m in ("CUDA out of memory", "CUBLAS_STATUS_ALLOC_FAILED"))
 
 
 def _in_float64(fn, fallback):
