@@ -534,22 +534,22 @@ class Harness:
 # The jobs, and the worker processes that run them
 
 def compile_reference(h, ref, xs):
-    """torch.compile of the reference (--baseline=compile), once, before any candidate code runs
-    here, with compiler caches no candidate can write (shared by all jobs, one compiling at a
-    time; later ones reuse the code); then this worker's writes are confined to its own folders
-    and its compilers use its program's own caches. Timing calls this compiled reference:
-    nothing of it is compiled after the candidate loads, so no planted file stands in for it."""
-    own = {k: os.environ.get(k, "") for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
-    shared = h.job["reference_cache"]
-    os.environ.update(TRITON_CACHE_DIR=os.path.join(shared, "triton"),
-                      TORCHINDUCTOR_CACHE_DIR=os.path.join(shared, "inductor"))
-    try:
-        with sandbox.exclusive(os.path.join(shared, "compile.lock")):
+    """torch.compile of the reference (--baseline=compile), before any candidate code runs here,
+    with compiler caches no candidate can write (shared, one job compiling at a time; where the
+    lock is held too long, as a candidate can, this job's own), then this worker's writes confined
+    to its own folders. Timing calls this compiled reference: nothing of it is compiled after
+    the candidate loads, so no planted file stands in for it."""
+    own, shared = {k: os.environ.get(k, "") for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}, h.job["reference_cache"]
+    with sandbox.exclusive(os.path.join(shared, "compile.lock"), min(60.0, h.cfg["run_timeout"] / 10)) as held:
+        caches = shared if held else os.path.join(shared, "own-" + os.urandom(8).hex())
+        os.environ.update(TRITON_CACHE_DIR=os.path.join(caches, "triton"),
+                          TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"))
+        try:
             fn = torch.compile(ref)
             fn(*xs)
             h.sync()
-    finally:
-        os.environ.update(own)
+        finally:
+            os.environ.update(own)
     if h.cfg["sandbox"]:
         sandbox.confine([h.workdir, os.environ["CUDAL1_CACHE"], "/dev"])
     return fn

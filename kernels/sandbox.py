@@ -449,13 +449,25 @@ def program_cache(root, src_hash):
 
 
 @contextlib.contextmanager
-def exclusive(path):
+def exclusive(path, wait):
     """One process at a time in the block, across workers (an flock on `path`): two jobs that
     compile the reference into the shared cache at once collided there (in PID namespaces
-    their compilers' temporary files, named by pid and thread, are one path; seen in CI)."""
-    with open(path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    their compilers' temporary files, named by pid and thread, are one path; seen in CI).
+    -> True in the block once this process holds the lock; False after `wait` seconds without
+    it: any process that can read the file can flock it (hacks/sandbox_compile_lock.py holds
+    it for as long as its job lives), so nobody waits on it for longer."""
+    with open(path, "a") as lock:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    yield False
+                    return
+                time.sleep(0.05)
+        yield True
 
 
 def confine(writable):
