@@ -1680,9 +1680,9 @@ def test_references_built_ahead_are_the_ones_built_later(tmp_path, tasks):
 
 
 def test_a_worker_that_cannot_start_cuda_says_so(cache, tasks):
-    """A CUDA run worker brings its context up before it boxes itself (inside the box CUDA
-    cannot start). When that fails, the job's verdict names the GPU, not the task or the
-    candidate; out of memory is "oom", which a shared GPU judges again alone."""
+    """A CUDA run worker starts CUDA once it is boxed (worker._start_cuda). When that fails,
+    the job's verdict names the GPU, not the task or the candidate; out of memory is "oom",
+    which a shared GPU judges again alone."""
     from kernels import worker
     with make_eval(cache, "cpu") as ev:
         for err, reason in (("RuntimeError: CUDA error: out of memory", "oom"),
@@ -2047,7 +2047,7 @@ def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
         if "files" not in sandbox.probe():
             assert p.ok, f"planted a file in the build cache: {p.status}/{p.reason}: {p.message}"
         before = set(os.listdir(shared))
-        with open(os.path.join(shared, "compile.lock")) as lock:
+        with open(os.path.join(shared, f"compile-{tasks['gelu'].hash[:16]}.lock")) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             [w] = ev.evaluate([(tasks["gelu"], honest + "# judged again\n")])
     assert w.ok, f"beside a held lock: {w.status}/{w.reason}: {w.message}"

@@ -535,12 +535,12 @@ class Harness:
 
 def compile_reference(h, ref, xs):
     """torch.compile of the reference (--baseline=compile), before any candidate code runs here,
-    with compiler caches no candidate can write (shared, one job compiling at a time; where the
-    lock is held too long, as a candidate can, this job's own), then this worker's writes confined
+    with compiler caches no candidate can write (shared, one job of a task compiling at a time;
+    where the lock is held too long, as a candidate can, this job's own), then its writes confined
     to its own folders. Timing calls this compiled reference: nothing of it is compiled after
     the candidate loads, so no planted file stands in for it."""
     own, shared = {k: os.environ.get(k, "") for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}, h.job["reference_cache"]
-    with sandbox.exclusive(os.path.join(shared, "compile.lock"), min(60.0, h.cfg["run_timeout"] / 10)) as held:
+    with sandbox.exclusive(os.path.join(shared, f"compile-{h.job['task_hash'][:16]}.lock"), min(60.0, h.cfg["run_timeout"] / 10)) as held:
         caches = shared if held else os.path.join(shared, "own-" + os.urandom(8).hex())
         os.environ.update(TRITON_CACHE_DIR=os.path.join(caches, "triton"),
                           TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"))
@@ -551,7 +551,7 @@ def compile_reference(h, ref, xs):
         finally:
             os.environ.update(own)
     if h.cfg["sandbox"]:
-        sandbox.confine([h.workdir, os.environ["CUDAL1_CACHE"], "/dev"])
+        sandbox.confine([h.workdir, os.environ["CUDAL1_CACHE"]])
     return fn
 
 

@@ -8,7 +8,7 @@ library only (workers and candidates import it).
     group = limits.JobGroup(name, pids=1024, memory=8 << 30, cpu=600.0)  # a job's limits (limits.py)
     got = sandbox.enter(workdir, [own], group.dirs)  # in the worker: limits joined, reaper,
                                                      # network off, writes confined
-    sandbox.confine([workdir, own, "/dev"])  # later: narrower still (never wider)
+    sandbox.confine([workdir, own])  # later: narrower still (never wider)
     left = sandbox.reap()                # every process the job left behind, killed -> commands
     sandbox.kill_tree(pid)               # from outside: a worker and everything it started
     text = sandbox.redact(text)          # the parent's environment values out of a message
@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import glob
 import os
 import signal
 import stat
@@ -46,6 +47,7 @@ KEEP_PREFIXES = ("CUDA", "NVIDIA_", "NVCC", "CUDNN", "KERNELS_", "CUDAL1_", "TOR
 _libc = ctypes.CDLL(None, use_errno=True)
 _NR = dict(landlock_create_ruleset=444, landlock_add_rule=445, landlock_restrict_self=446)  # x86_64 and arm64
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 38, 36, 1
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 CLONE_NEWNET, CLONE_NEWUSER, CLONE_NEWPID = 0x40000000, 0x10000000, 0x20000000
 CLONE_NEWNS, MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = \
     0x20000, 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
@@ -159,9 +161,18 @@ def forkserver_folder():
     return sorted({d for t in {tempfile.gettempdir(), "/tmp"} for d in glob.glob(os.path.join(t, "pymp-*"))})
 
 
+def devices():
+    """The files outside its folders a job may write (none made): the null device, the GPU's
+    device files, and its own process's /proc entries (CUDA does not start without).
+    Not the rest of /dev: it holds the machine's disks, whose raw blocks are every file
+    outside the box (hacks/sandbox_root.py). Shared memory is a folder of its own."""
+    return ["/dev/null", *glob.glob("/dev/nvidia*"), *glob.glob("/dev/dri/*"), f"/proc/{os.getpid()}"]
+
+
 def _landlock(writable, scope=True):
-    """Confine writes (create, write, truncate, remove, rename, link) to `writable` folders;
-    reads and execution stay open. From Landlock ABI 6 (Linux 6.12) also scope signals and
+    """Confine writes (create, write, truncate, remove, rename, link) to `writable` folders and
+    /dev/shm, and to writing the files in devices() (no device node made anywhere); reads
+    and execution stay open. From Landlock ABI 6 (Linux 6.12) also scope signals and
     abstract Unix sockets to the job's own processes: no signal to the Evaluator, a sibling
     worker or anything else outside, no connection to a listener outside.
     scope=False (a later, narrower ruleset): the scope stays the first ruleset's, so the
@@ -176,6 +187,8 @@ def _landlock(writable, scope=True):
         handled |= 1 << 13                                      # REFER (rename, link across folders)
     if abi >= 3:
         handled |= 1 << 14                                      # TRUNCATE
+    folder = handled & ~((1 << 6) | (1 << 11))  # no MAKE_CHAR, MAKE_BLOCK: no device node anywhere
+    existing = handled & ((1 << 1) | (1 << 14))  # devices: writing what is there (WRITE_FILE, TRUNCATE)
     # landlock_ruleset_attr: handled_access_fs, handled_access_net, scoped (ABI 6: abstract
     # Unix sockets, signals); older kernels take the first field alone
     attr = (ctypes.c_uint64 * 3)(handled, 0, (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if scope else 0)
@@ -188,12 +201,12 @@ def _landlock(writable, scope=True):
         _pack_ = 1
         _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
     try:
-        for path in writable:
-            if not os.path.isdir(path):
-                continue
+        rules = [(p, folder) for p in [*writable, "/dev/shm"] if os.path.isdir(p)] + \
+            [(p, existing) for p in devices() if os.path.exists(p)]
+        for path, allowed in rules:
             pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
-                rule = PathBeneath(handled, pfd)
+                rule = PathBeneath(allowed, pfd)
                 if syscall(_NR["landlock_add_rule"], ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(rule),
                            ctypes.c_uint32(0)) < 0:
                     raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
@@ -265,8 +278,8 @@ def enter(workdir, writable=(), groups=None, hidden=()):
     """Box the calling worker: into its job's control groups (JobGroup.dirs), a child
     subreaper, no network, mounts of its own (a fresh /dev/shm; the folders in `hidden`
     covered, but for workdir and `writable` beneath them), working directory `workdir`,
-    writes only under workdir, `writable` and /dev (GPU device files, shared memory), and no
-    signal or abstract socket beyond its own processes.
+    writes only under workdir, `writable`, /dev/shm and the device files of devices(), no
+    signal or abstract socket beyond its own processes, and no capability left.
     -> {protection: True, or why it is missing}."""
     got = {}
     for d in set((groups or {}).values()):  # first: joining writes outside the folders allowed below
@@ -280,12 +293,33 @@ def enter(workdir, writable=(), groups=None, hidden=()):
     got["private mounts"] = _private_mounts(hidden, [workdir, *writable])  # before Landlock, which forbids mounts
     os.chdir(workdir)
     try:
-        abi = _landlock([workdir, *writable, "/dev"] + (["/tmp"] if PRIVATE_TMP else []))
+        abi = _landlock([workdir, *writable] + (["/tmp"] if PRIVATE_TMP else []))
         got["files"] = True
         got["signals"] = abi >= 6 or f"Landlock ABI {abi} (scoped signals need 6: Linux 6.12)"
     except (OSError, AttributeError) as e:
         got["files"] = got["signals"] = f"Landlock: {e}"
+    got["privileges"] = _drop_capabilities()  # last: the steps above need them
     return got
+
+
+def _drop_capabilities():
+    """Every capability gone, the bounding set's too, so no program the job runs gets one back.
+    Root (the user on the project's machines) keeps its uid and the files it owns, but loses
+    what no file rule covers: device nodes, kernel modules, BPF, raw I/O, scheduling above
+    others, raised limits, the GPU driver's administrator calls. -> True, or why not."""
+    try:
+        last = int(open("/proc/sys/kernel/cap_last_cap").read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):  # needs CAP_SETPCAP; without it the bounding set is already narrow
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    if _libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:  # effective, permitted, inheritable: none
+        return f"capset: {os.strerror(ctypes.get_errno())}"
+    status = open("/proc/self/status").read()
+    left = [l for l in status.splitlines() if l.startswith(("CapEff", "CapPrm", "CapBnd")) and int(l.split()[1], 16)]
+    return not left or f"capabilities left: {left}"
 
 
 def _mount(src, target, fstype, flags, data=None):
@@ -454,8 +488,8 @@ def exclusive(path, wait):
     compile the reference into the shared cache at once collided there (in PID namespaces
     their compilers' temporary files, named by pid and thread, are one path; seen in CI).
     -> True in the block once this process holds the lock; False after `wait` seconds without
-    it: any process that can read the file can flock it (hacks/sandbox_compile_lock.py holds
-    it for as long as its job lives), so nobody waits on it for longer."""
+    it: any process that can read the file can flock it (a candidate's, for as long as its job
+    lives), so nobody waits on it for longer."""
     with open(path, "a") as lock:
         deadline = time.monotonic() + wait
         while True:

@@ -7,7 +7,7 @@ torch (and not transformers).
     child_main(kind, conn, job)     # every job: kind is compile | run | reference (run: a second measurement
                                     # too, confirm.py, where job["confirm"] is set; KernelBench's
                                     # judgement, kernelbench.py, where job["kernelbench"] is)
-    standby_main(conn, env, cores)  # a CUDA run worker that brings its context up first
+    standby_main(conn, env, cores)  # a CUDA run worker started ahead of its job (CUDA starts in the job)
 """
 import importlib
 import os
@@ -24,13 +24,16 @@ from . import verdicts
 
 if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
     # a CPU build of torch: importing the extension loader here, in the forkserver, starts no
-    # CUDA, and saves every job the few tenths of a second it takes (standby_main's, on a GPU)
+    # CUDA, and saves every job the few tenths of a second it takes (_start_cuda's, on a GPU)
     importlib.import_module("torch.utils.cpp_extension")
 
 
 def standby_main(conn, env, cores, box=True):
-    """A CUDA run worker started ahead of its job: context up, then wait for the job. box:
-    in a PID namespace of its own (before CUDA: a fork follows, and CUDA needs its /proc)."""
+    """A CUDA run worker started ahead of its job, in a PID namespace of its own (box), waiting
+    for the job. CUDA starts in the job, after the box (child_main): the driver starts threads
+    of its own, and a thread started before the box stays outside it (namespaces, Landlock
+    and capabilities are each thread's), where a signal handler the candidate sets runs too
+    (hacks/sandbox_thread_signal.py wrote next to the evaluator's code from there)."""
     if box:
         sandbox.own_pid_namespace()
     else:
@@ -38,21 +41,23 @@ def standby_main(conn, env, cores, box=True):
     os.environ.update(env)
     if cores:
         os.sched_setaffinity(0, cores)
-    failed = None
-    try:
-        torch.empty(1, device="cuda")
-        # imported while waiting, not in the job (guards wraps its loaders): a few tenths of
-        # a second. Not in the forkserver: importing it there initializes CUDA before forks.
-        importlib.import_module("torch.utils.cpp_extension")
-    except Exception as e:  # told to the job: inside the box CUDA cannot start at all
-        failed = f"{type(e).__name__}: {e}"
     try:
         msg = conn.recv()
     except EOFError:  # the evaluator went away
         os._exit(0)
     if msg is None:
         os._exit(0)
-    child_main(msg[0], conn, dict(msg[1], cuda_failed=failed) if failed else msg[1])
+    child_main(msg[0], conn, msg[1])
+
+
+def _start_cuda(job):
+    """In the box: CUDA, and the extension loader (guards wraps it; importing it starts a
+    thread too) -> None, or why CUDA cannot start here (told to the job: the GPU's fault)."""
+    try:
+        torch.empty(1, device="cuda")
+        importlib.import_module("torch.utils.cpp_extension")
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
 
 
 # Captured when the forkserver imports this module, before any candidate runs: the result
@@ -95,6 +100,8 @@ def child_main(kind, conn, job):
         ref_compile = kind == "run" and job["cfg"]["baseline"] == "compile"
         sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]] + ([job["reference_cache"]] if ref_compile else []),
                       job.get("cgroups"), job.get("hidden", ()))
+    if kind == "run" and job["device"] == "cuda":  # after the box: no thread of the worker predates it
+        job["cuda_failed"] = job.get("cuda_failed") or _start_cuda(job)
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
