@@ -46,7 +46,7 @@ except OSError:
     pass
 os.close(fd)
 for tid in os.listdir("/proc/self/task"):  # every thread: capabilities belong to each
-    caps = [l.split()[1] for l in open(f"/proc/self/task/{tid}/status") if l.startswith(("CapEff", "CapBnd"))]
+    caps = [l.split()[1] for l in open(f"/proc/self/task/{tid}/status") if l.startswith(("CapEff", "CapPrm"))]
     if any(int(c, 16) for c in caps):
         GOT.append(f"capabilities {caps} in thread {tid}")
 print("sandbox_root:", GOT)

@@ -317,8 +317,10 @@ def _drop_capabilities():
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     if _libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:  # effective, permitted, inheritable: none
         return f"capset: {os.strerror(ctypes.get_errno())}"
+    # (the bounding set may stay where there was no CAP_SETPCAP to drop it: without privileges
+    # to start with, and with no_new_privs set, no exec can use it)
     status = open("/proc/self/status").read()
-    left = [l for l in status.splitlines() if l.startswith(("CapEff", "CapPrm", "CapBnd")) and int(l.split()[1], 16)]
+    left = [l for l in status.splitlines() if l.startswith(("CapEff", "CapPrm", "CapAmb")) and int(l.split()[1], 16)]
     return not left or f"capabilities left: {left}"
 
 
