@@ -5,11 +5,11 @@ raw blocks are every file outside the box (the evaluator's code, other jobs' res
 may make a device node of its own in any folder it can write, load kernel modules, run BPF
 programs, or raise its own scheduling priority. This candidate does no harm: it opens the first
 disk for writing and writes nothing, opens a file of torch's for writing through /proc/self/fd
-(its own /proc entries are writable: CUDA needs them), makes a node for the null device in its
-work folder, and asks for a better nice value; any that works, or a capability left to any of
-its threads, gives a wrong output. Contained (writes under /dev only to the null device, shared
-memory and the GPU's files; no device node made anywhere; every capability dropped, the
-bounding set too): the correct output."""
+and /proc/self/root (its own /proc entries are writable: CUDA needs them), makes a node for the
+null device in its work folder, and asks for a better nice value; any that works, or a
+capability left to any of its threads, gives a wrong output. Contained (writes under /dev only
+to the null device, shared memory and the GPU's files; no device node made anywhere; every
+capability dropped, the bounding set too): the correct output."""
 import os
 
 import torch
@@ -45,6 +45,11 @@ try:
 except OSError:
     pass
 os.close(fd)
+try:  # and through the /proc/self/root link
+    os.close(os.open("/proc/self/root" + os.path.abspath(torch.__file__), os.O_WRONLY | os.O_APPEND))
+    GOT.append("torch's own file opened for writing through /proc/self/root")
+except OSError:
+    pass
 for tid in os.listdir("/proc/self/task"):  # every thread: capabilities belong to each
     caps = [l.split()[1] for l in open(f"/proc/self/task/{tid}/status") if l.startswith(("CapEff", "CapPrm"))]
     if any(int(c, 16) for c in caps):
