@@ -459,7 +459,7 @@ def _private_tmp(hidden):
 def _no_network():
     """Move into a new, empty network namespace: as root directly; without root inside a new
     user namespace, where the kernel allows unprivileged ones (only a process with one
-    thread can enter one: not a CUDA run worker, whose context has started threads).
+    thread can enter one: every worker boxes itself before it starts a thread, CUDA's too).
     -> True, or why not."""
     if _libc.unshare(CLONE_NEWNET) == 0:
         return True
@@ -586,8 +586,6 @@ def probe():
             got["process count"] = os.path.exists(f"/proc/{os.getpid()}/stat") or "no /proc/<pid>/stat to watch"
         WATCHED[:] = [k for k, c in (("process count", "pids"), ("job memory", "memory"))
                       if c not in group.dirs and got[k] is True]
-        if got.get("network") is True and os.geteuid() != 0:  # the child got it through a user namespace
-            got["network, CUDA run workers"] = "needs root (a user namespace takes a process with one thread)"
         group.close()
         _PROBED = {k: v for k, v in got.items() if v is not True}
     return _PROBED
