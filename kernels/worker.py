@@ -50,7 +50,7 @@ def standby_main(conn, env, cores, box=True):
     child_main(msg[0], conn, msg[1])
 
 
-def _start_cuda(job):
+def _start_cuda():
     """In the box: CUDA, and the extension loader (guards wraps it; importing it starts a
     thread too) -> None, or why CUDA cannot start here (told to the job: the GPU's fault)."""
     try:
@@ -101,7 +101,7 @@ def child_main(kind, conn, job):
         sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]] + ([job["reference_cache"]] if ref_compile else []),
                       job.get("cgroups"), job.get("hidden", ()))
     if kind == "run" and job["device"] == "cuda":  # after the box: no thread of the worker predates it
-        job["cuda_failed"] = job.get("cuda_failed") or _start_cuda(job)
+        job["cuda_failed"] = job.get("cuda_failed") or _start_cuda()
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
