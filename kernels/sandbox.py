@@ -166,7 +166,7 @@ def devices():
     device files, and its own process's /proc entries (CUDA does not start without).
     Not the rest of /dev: it holds the machine's disks, whose raw blocks are every file
     outside the box (hacks/sandbox_root.py). Shared memory is a folder of its own."""
-    return ["/dev/null", *glob.glob("/dev/nvidia*"), *glob.glob("/dev/dri/*"), f"/proc/{os.getpid()}"]
+    return ["/dev/null", *glob.glob("/dev/nvidia*"), *glob.glob("/dev/dri/*"), os.path.realpath("/proc/self")]
 
 
 def _landlock(writable, scope=True):
