@@ -128,7 +128,7 @@ class Evaluator:
         self.workers = self.cfg["workers"] or len(self.compile_cores or cores)
         self.memo = {}
         self._jobs = 0
-        self._standby = {}  # slot -> a run worker with its CUDA context up, waiting for a job
+        self._standby = {}  # slot -> a run worker started ahead (forked, in its PID namespace), waiting for a job
         self.host = gate.Host()  # the caller's own device work (host_gpu), which no timing overlaps
         self._exiting = []  # (worker that sent its result, when to kill it if it has not exited)
         self.trace = []  # the GPU gate's state changes (gate.Running.trace), for bench.py
@@ -249,8 +249,8 @@ class Evaluator:
         job = dict(job, env=env, cgroups=group.dirs if group else {}, kernelbench=bool(item.get("kb_job")),
                    confirm=None if item.get("kb_job") else item.get("confirm"))
         if kind == "run" and self.device == "cuda":
-            # A worker that already holds a CUDA context takes the job; the next one starts
-            # its context now, while this one checks, instead of on the GPU's time later.
+            # A worker started ahead takes the job (CUDA starts in it, inside its box: worker.py);
+            # the next one starts now, while this one checks.
             ready = self._standby.pop(slot, None)
             if ready and item.get("alone"):  # that worker may have started CUDA beside the one that
                 self._dismiss(*ready)  # filled the GPU (its out-of-memory told to its job): a fresh
@@ -560,7 +560,7 @@ class Evaluator:
             it["seconds"] = {}
         free = list(range(len(self.slots)))
         active = []
-        if self.device == "cuda" and "run" in phases:  # CUDA contexts come up while the builds run
+        if self.device == "cuda" and "run" in phases:  # run workers start while the builds run
             for slot in range(min(len(self.slots), len(items))):
                 if slot not in self._standby:
                     self._standby[slot] = self._spawn_standby(slot)
