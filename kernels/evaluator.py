@@ -251,11 +251,7 @@ class Evaluator:
         if kind == "run" and self.device == "cuda":
             # A worker started ahead takes the job (CUDA starts in it, inside its box: worker.py);
             # the next one starts now, while this one checks.
-            ready = self._standby.pop(slot, None)
-            if ready and item.get("alone"):  # that worker may have started CUDA beside the one that
-                self._dismiss(*ready)  # filled the GPU (its out-of-memory told to its job): a fresh
-                ready = None           # one, on the GPU with nobody else
-            proc, conn = ready or self._spawn_standby(slot)
+            proc, conn = self._standby.pop(slot, None) or self._spawn_standby(slot)
             conn.send((kind, job))
             self._standby[slot] = self._spawn_standby(slot)
             r = gate.Running(kind, item, proc, conn, gate.now() + timeout, slot, job["log"], self.slots[slot])

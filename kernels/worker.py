@@ -101,7 +101,7 @@ def child_main(kind, conn, job):
         sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]] + ([job["reference_cache"]] if ref_compile else []),
                       job.get("cgroups"), job.get("hidden", ()))
     if kind == "run" and job["device"] == "cuda":  # after the box: no thread of the worker predates it
-        job["cuda_failed"] = job.get("cuda_failed") or _start_cuda()
+        job["cuda_failed"] = _start_cuda()
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
