@@ -133,7 +133,7 @@ class Evaluator:
         self._exiting = []  # (worker that sent its result, when to kill it if it has not exited)
         self.trace = []  # the GPU gate's state changes (gate.Running.trace), for bench.py
         self.events = []  # (gate.now(), job kind, "start" | "end") of every job, for bench.py's start-up account
-        self._groups = []  # (a job's limits.JobGroup, its worker): the group is removed once it exits
+        self._groups = []  # (a job's limits.JobGroup, its worker): removed once it exited and was judged
         self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._clean_stale()
 
@@ -282,7 +282,9 @@ class Evaluator:
             else:
                 r.conn.close()
         self._exiting = keep
-        self._groups = [(g, p) for g, p in self._groups if p.exitcode is None or not g.close()]
+        # a group goes once its job's verdict has read it (a worker the kernel killed for memory
+        # may be found dead here first, and a group removed then would name no limit)
+        self._groups = [(g, p) for g, p in self._groups if p.exitcode is None or not g.read or not g.close()]
 
     def _spawn_standby(self, slot):
         sandbox.start_forkserver()
@@ -358,6 +360,8 @@ class Evaluator:
             if res is None:
                 res = self.worker.death(r.kind, r.proc.exitcode, log=_tail(r.log))
         hit = r.group.verdict() if r.group else None  # a limit of its control group: the cause
+        if r.group:
+            r.group.read = True
         if hit:
             res = Reject("runtime_error", hit[0], hit[1], log=res.get("log", "")).result()
         elif res.get("status") in ("built", "ok") and self.cfg["static_check"]:

@@ -196,6 +196,7 @@ class JobGroup:
     def __init__(self, name, pids=0, memory=0, cpu=0.0, freezer=True):
         self.name, self.pids, self.memory, self.cpu, self.dirs, self._next_look = name, pids, memory, cpu, {}, 0.0
         self.hit = None  # a limit over_limit found the job over
+        self.read = False  # verdict() was asked after the job ended: only then may the groups go
         for what, base in _cgroup_bases().items():
             if what == "freezer" and not freezer:
                 continue
