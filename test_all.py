@@ -8,6 +8,7 @@ Compiled candidates are shared through one build cache per session, so each buil
 """
 import ast
 import copy
+import ctypes
 import glob
 import json
 import os
@@ -1314,6 +1315,8 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
     for path in (marker, left_behind, tmp_marker):
         if os.path.exists(path):
             os.remove(path)
+    libc = ctypes.CDLL(None, use_errno=True)  # a System V segment of another program (hacks/sandbox_ipc.py)
+    others = libc.shmget(0x43554431, 4096, 0o1600)
     from multiprocessing import forkserver
     server = None
     for key, items in groups.items():
@@ -1352,6 +1355,8 @@ def run_hacks(cache, tasks, backend, folder="hacks"):
         failures.append("a job wrote a file in the machine's /tmp")
     if forkserver._forkserver._forkserver_pid != server:  # hacks/sandbox_forkserver_alive.py
         failures.append("a job ended the forkserver (a new one was started)")
+    if others >= 0:
+        libc.shmctl(others, 0, None)  # IPC_RMID
     left = subprocess.run(["pgrep", "-f", "sleep 9871"], capture_output=True, text=True).stdout.split()
     if left:
         failures.append(f"processes a candidate left are still running: {left}")
@@ -2114,19 +2119,22 @@ def test_a_process_in_a_session_of_its_own_stops_with_its_job(cache, tasks, monk
 def test_job_limits_are_watched_where_no_group_can_be_made(cache, tasks, monkeypatch):
     """cgroup v2 delegates only what the group above turns on, and no memory controller to a
     group that holds processes (the GPU machines have neither pids nor memory): there the
-    evaluator watches each job's processes and threads, and its memory, twice a second."""
+    evaluator watches each job's processes and threads, and its memory, twice a second: its
+    processes' and the memory files' they hold (tmpfs, memfd), which no resident set shows."""
     if {"job memory", "process count"} & set(sandbox.probe()):
         pytest.skip(str(sandbox.probe()))
     monkeypatch.setattr(limits, "_BASES", {k: v for k, v in limits._cgroup_bases().items() if k == "cpu"})
     # the watch's cheap bound (resident pages, shared ones once per process) is never below the exact measure
     me = [os.getpid()]
     assert limits._pss(me) <= limits._rss(me) < 2 * limits._pss(me) + (1 << 30)
-    hoarder = open(os.path.join(HERE, "hacks", "sandbox_memory_limit.py")).read()
+    # memory in a process, in files of its own /dev/shm and /tmp, in memory files (memfd)
+    hoarders = [open(os.path.join(HERE, "hacks", f"sandbox_memory_{k}.py")).read() for k in ("limit", "shm", "tmp", "memfd")]
     forker = open(os.path.join(HERE, "hacks", "sandbox_process_limit.py")).read()
     seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     with make_eval(cache, "cpu", job_memory_gb=2.0, max_processes=100, static_check=False) as ev:
-        [m, p, ok] = ev.evaluate([(tasks["gelu"], hoarder), (tasks["gelu"], forker), (tasks["gelu"], seed)])
-    assert (m.status, m.reason) == ("runtime_error", "memory_limit") and "watched" in m.message, m.message
+        *ms, p, ok = ev.evaluate([(tasks["gelu"], c) for c in hoarders + [forker, seed]])
+    for m in ms:
+        assert (m.status, m.reason) == ("runtime_error", "memory_limit") and "watched" in m.message, m.message
     assert (p.status, p.reason) == ("runtime_error", "process_limit") and "watched" in p.message, p.message
     assert ok.ok, f"{ok.status}/{ok.reason}: {ok.message}"
 

@@ -14,6 +14,7 @@ evaluator watches the job's processes instead (sandbox.WATCHED). Standard librar
     clean_groups()                       # groups of evaluators that died before removing theirs
     descendants(pid)                     # every live process below pid
 """
+import contextlib
 import os
 import signal
 import time
@@ -178,6 +179,41 @@ def _pss(pids):
                         lambda f: next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024)
 
 
+def _memory_files(pids):
+    """Host memory these processes hold in files of memory, which no process's resident set
+    shows (bytes): the job's own tmpfs mounts, /dev/shm and /tmp (sandbox.enter), what is used
+    of each (seen through a process's /proc/<pid>/root, counted where it is another mount than
+    the evaluator's own), and the anonymous memory files (memfd_create) they hold open, each
+    once. Pages of these files that a process also maps count twice (an upper bound)."""
+    own, mounts, files, total = set(), set(), set(), 0
+    for folder in ("/dev/shm", "/tmp"):
+        with _quiet():
+            own.add(os.stat(folder).st_dev)
+    for p in pids:
+        for folder in ("dev/shm", "tmp"):
+            with _quiet():
+                path = f"/proc/{p}/root/{folder}"
+                dev = os.stat(path).st_dev
+                if dev not in own and dev not in mounts:
+                    mounts.add(dev)
+                    v = os.statvfs(path)
+                    total += (v.f_blocks - v.f_bfree) * v.f_frsize
+        with _quiet():
+            for fd in os.listdir(f"/proc/{p}/fd"):
+                with _quiet():
+                    if os.readlink(f"/proc/{p}/fd/{fd}").startswith("/memfd:"):
+                        st = os.stat(f"/proc/{p}/fd/{fd}")
+                        if (st.st_dev, st.st_ino) not in files:
+                            files.add((st.st_dev, st.st_ino))
+                            total += st.st_blocks * 512
+    return total
+
+
+def _quiet():
+    """A process or file gone while it was read counts nothing."""
+    return contextlib.suppress(OSError, ValueError)
+
+
 def _tasks(pids):
     """Processes and threads these processes are (what a pids group counts)."""
     # num_threads, field 20 of stat (after the command name, which may hold spaces and parentheses)
@@ -235,7 +271,7 @@ class JobGroup:
         together; where no group has the kernel enforce them, its processes and threads, and its
         host memory (the proportional set size of its processes: pages they share with the
         forkserver or with each other count once; read only where their resident size, an upper
-        bound read in O(1), is over: a look at 18 workers that imported torch costs a quarter of a
+        bound read in O(1), is over; and the memory files they hold, _memory_files: a look at 18 workers that imported torch costs a quarter of a
         second of the scheduler's time, and of theirs). pid: the job's worker; memory=False while
         it times on the GPU (reading its memory map holds its mmap lock, which could stall a timed
         launch)."""
@@ -250,8 +286,10 @@ class JobGroup:
                 self.hit = "process_limit", (f"the candidate ran more than {self.pids} processes and threads at once "
                                              f"(max_processes; watched twice a second) and was killed")
                 return True
-            # the exact measure only where the cheap bound says it could be over
-            if weigh and _rss(procs) > self.memory and _pss(procs) > self.memory:
+            # the exact measure only where the cheap bound says it could be over; memory in
+            # files (tmpfs, memfd) is in no process's resident set and counts beside it
+            held = weigh and _memory_files(procs)
+            if weigh and _rss(procs) + held > self.memory and _pss(procs) + held > self.memory:
                 self.hit = "memory_limit", (f"the job's processes held more than {self.memory / 2**30:.1f} GB of host "
                                             f"memory (job_memory_gb; watched twice a second) and were killed")
                 return True

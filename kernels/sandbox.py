@@ -15,11 +15,12 @@ library only (workers and candidates import it).
     missing = sandbox.probe()            # the protections this machine refuses (tried in a child)
 
 How: the environment is rebuilt from an allowlist (paths, CUDA and compiler variables, the
-evaluator's own); the network is a new, empty network namespace (unshare, as root); writes
-are confined with Landlock (Linux 5.13+); the worker is a child subreaper, so whatever its
-candidate starts, however it detaches (setsid, double fork), stays its descendant and is
-found and killed. The namespace and the Landlock domain belong to the worker's main thread
-and every thread or process it starts after entering, which is where candidate code runs.
+evaluator's own); the network is a new, empty network namespace (unshare, as root), and
+System V IPC a namespace of its own; writes are confined with Landlock (Linux 5.13+); the
+worker is a child subreaper, so whatever its candidate starts, however it detaches (setsid,
+double fork), stays its descendant and is found and killed. The namespaces and the Landlock
+domain belong to the worker's main thread and every thread or process it starts after
+entering, which is where candidate code runs.
 Each job also gets limits of its own (limits.py: a control group, or the parent's watch,
 sandbox.WATCHED, where none can be made).
 """
@@ -48,7 +49,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _NR = dict(landlock_create_ruleset=444, landlock_add_rule=445, landlock_restrict_self=446)  # x86_64 and arm64
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 38, 36, 1
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
-CLONE_NEWNET, CLONE_NEWUSER, CLONE_NEWPID = 0x40000000, 0x10000000, 0x20000000
+CLONE_NEWNET, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWIPC = 0x40000000, 0x10000000, 0x20000000, 0x08000000
 CLONE_NEWNS, MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = \
     0x20000, 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2
@@ -276,8 +277,8 @@ def own_pid_namespace():
 
 def enter(workdir, writable=(), groups=None, hidden=()):
     """Box the calling worker: into its job's control groups (JobGroup.dirs), a child
-    subreaper, no network, mounts of its own (a fresh /dev/shm; the folders in `hidden`
-    covered, but for workdir and `writable` beneath them), working directory `workdir`,
+    subreaper, no network, System V IPC of its own, mounts of its own (a fresh /dev/shm; the
+    folders in `hidden` covered, but for workdir and `writable` beneath them), working directory `workdir`,
     writes only under workdir, `writable`, /dev/shm and the device files of devices(), no
     signal or abstract socket beyond its own processes, and no capability left.
     -> {protection: True, or why it is missing}."""
@@ -290,6 +291,7 @@ def enter(workdir, writable=(), groups=None, hidden=()):
     got["processes"] = _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 or \
         f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}"
     got["network"] = _no_network()
+    got["ipc"] = _own_ipc()  # after _no_network: without root, in its user namespace
     got["private mounts"] = _private_mounts(hidden, [workdir, *writable])  # before Landlock, which forbids mounts
     os.chdir(workdir)
     try:
@@ -476,6 +478,21 @@ def _no_network():
     return True
 
 
+def _own_ipc():
+    """An IPC namespace of the job's own: the System V shared memory, message queues and
+    semaphores of other programs (root reaches them all) out of its reach, and its own gone
+    with it; and a segment no process has attached removed at once (shm_rmid_forced), so
+    that the memory of every segment is in the resident set of a process that maps it, where
+    the job's memory is watched. -> True, or why not."""
+    if _libc.unshare(CLONE_NEWIPC) != 0:
+        return f"unshare(CLONE_NEWIPC): {os.strerror(ctypes.get_errno())} (needs root or a user namespace)"
+    try:
+        write_value("/proc/sys/kernel", "shm_rmid_forced", 1)
+    except OSError as e:
+        return f"an IPC namespace, but detached segments kept: shm_rmid_forced: {e}"
+    return True
+
+
 def program_cache(root, src_hash):
     """The part of the build cache (root) one candidate program may write: its builds, its
     torch extensions, its Triton and Inductor caches, keyed by the hash of its whole source.
@@ -632,6 +649,15 @@ def _probe_child(work, outside, groups):
             got["signals"] = "a signal to the process outside the box got through"
         except PermissionError:
             pass
+    if got["ipc"] is True:  # a segment filled, then detached: gone at once
+        _libc.shmat.restype = ctypes.c_void_p
+        sid = _libc.shmget(0, 1 << 16, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+        at = _libc.shmat(sid, None, 0) if sid >= 0 else None
+        if at is not None and at != ctypes.c_void_p(-1).value:
+            ctypes.memset(at, 1, 1 << 16)
+            _libc.shmdt(ctypes.c_void_p(at))
+        if sid < 0 or _libc.shmctl(sid, 2, ctypes.create_string_buffer(512)) == 0:  # IPC_STAT
+            got["ipc"] = "a segment no process had attached was still there" if sid >= 0 else "no segment made"
     if got["private mounts"] is True and os.path.exists(os.path.join(outside, "seen")):
         got["private mounts"] = "a covered folder's file was still visible"
     if got["files"] is True:  # next to this file: outside the work folder, never covered
