@@ -214,6 +214,14 @@ def _quiet():
     return contextlib.suppress(OSError, ValueError)
 
 
+def _written(pids):
+    """Bytes these processes sent to disk, counted as they dirty the pages (write_bytes of
+    /proc/<pid>/io, before any writeback; tmpfs not counted: that is memory, _memory_files).
+    A process's count holds those of the children it reaped, so with the worker a subreaper
+    the job's whole history is in its live processes."""
+    return _per_process(pids, "io", lambda f: next(int(line.split()[1]) for line in f if line.startswith("write_bytes:")))
+
+
 def _tasks(pids):
     """Processes and threads these processes are (what a pids group counts)."""
     # num_threads, field 20 of stat (after the command name, which may hold spaces and parentheses)
@@ -229,8 +237,9 @@ class JobGroup:
     and no memory controller to a group that holds processes), the parent watches the job's
     processes and threads, and its memory, instead (over_limit)."""
 
-    def __init__(self, name, pids=0, memory=0, cpu=0.0, freezer=True):
+    def __init__(self, name, pids=0, memory=0, cpu=0.0, freezer=True, disk=0):
         self.name, self.pids, self.memory, self.cpu, self.dirs, self._next_look = name, pids, memory, cpu, {}, 0.0
+        self.disk = disk  # bytes the job may write to disk, always watched (no group holds it)
         self.hit = None  # a limit over_limit found the job over
         self.read = False  # verdict() was asked after the job ended: only then may the groups go
         for what, base in _cgroup_bases().items():
@@ -268,23 +277,28 @@ class JobGroup:
     def over_limit(self, pid, memory=True):
         """Whether the job went over a limit the evaluator watches (looked up at most twice a
         second: it asks on every message its workers send): its CPU time, all its processes
-        together; where no group has the kernel enforce them, its processes and threads, and its
-        host memory (the proportional set size of its processes: pages they share with the
-        forkserver or with each other count once; read only where their resident size, an upper
-        bound read in O(1), is over; and the memory files they hold, _memory_files: a look at 18 workers that imported torch costs a quarter of a
-        second of the scheduler's time, and of theirs). pid: the job's worker; memory=False while
-        it times on the GPU (reading its memory map holds its mmap lock, which could stall a timed
-        launch)."""
+        together, and the bytes they wrote to disk; where no group has the kernel enforce them,
+        its processes and threads, and its host memory (the proportional set size of its
+        processes: pages they share with the forkserver or with each other count once; read
+        only where their resident size, an upper bound read in O(1), is over; with the memory
+        files they hold beside it, _memory_files: a look at 18 workers that imported torch costs
+        a quarter of a second of the scheduler's time, and of theirs). pid: the job's worker;
+        memory=False while it times on the GPU (reading its memory map holds its mmap lock,
+        which could stall a timed launch)."""
         if time.monotonic() < self._next_look:
             return False
         self._next_look = time.monotonic() + WATCH_SECONDS
         count = self.pids and "pids" not in self.dirs
         weigh = memory and self.memory and "memory" not in self.dirs
-        if count or weigh:  # the job's processes: its group's members, else its worker's descendants
+        if count or weigh or self.disk:  # the job's processes: its group's members, else its worker's descendants
             procs = next((m for m in map(_members, set(self.dirs.values())) if m), None) or [pid] + descendants(pid)
             if count and _tasks(procs) > self.pids:
                 self.hit = "process_limit", (f"the candidate ran more than {self.pids} processes and threads at once "
                                              f"(max_processes; watched twice a second) and was killed")
+                return True
+            if self.disk and _written(procs) > self.disk:
+                self.hit = "disk_limit", (f"the job's processes wrote more than {self.disk / 2**30:.1f} GB to disk "
+                                          f"(job_disk_gb; watched twice a second) and were killed")
                 return True
             # the exact measure only where the cheap bound says it could be over; memory in
             # files (tmpfs, memfd) is in no process's resident set and counts beside it
