@@ -2139,6 +2139,49 @@ def test_job_limits_are_watched_where_no_group_can_be_made(cache, tasks, monkeyp
     assert ok.ok, f"{ok.status}/{ok.reason}: {ok.message}"
 
 
+_HIDER = """
+import ctypes, json, os, time
+import limits
+seen = []
+for hide in (False, True):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a process of the job, that closes its /proc files to the watch or not
+        if hide:
+            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        os.write(w, b"x")
+        time.sleep(60)
+        os._exit(0)
+    os.read(r, 1)
+    group = limits.JobGroup("hider", memory=1 << 40, disk=1 << 40)  # no group here: watched
+    seen.append([group.over_limit(os.getpid()), group.hit and group.hit[0], bool(group.dirs)])
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+print(json.dumps(seen))
+"""
+
+
+def test_without_root_a_process_cannot_hide_from_the_watch():
+    """Without root and control groups the evaluator reads each job's memory, memory files and
+    disk writes from /proc/<pid>; a process that makes itself non-dumpable closes those files
+    to it (root reads past that). Such a process is found, and its job killed
+    (`hidden_process`); one that does not hide is not."""
+    python = "/usr/bin/python3"
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(python):
+        pytest.skip("needs root, setpriv and a system python to become nobody")
+    d = tempfile.mkdtemp()
+    try:
+        shutil.copy(os.path.join(HERE, "kernels", "limits.py"), d)  # standard library only
+        os.chmod(d, 0o755)
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", _HIDER],
+                           cwd=d, capture_output=True, text=True, timeout=120, env=dict(PATH=os.environ["PATH"], HOME=d))
+    finally:
+        shutil.rmtree(d)
+    (shown, hit, grouped), (hidden, why, _) = json.loads(r.stdout.strip().splitlines()[-1])
+    assert not grouped, "nobody made a control group"
+    assert (shown, hit) == (False, None) and (hidden, why) == (True, "hidden_process"), r.stdout
+
+
 def test_without_root_the_network_is_cut_through_a_user_namespace():
     """The probe as an unprivileged user (nobody), where the kernel allows user namespaces:
     the network is cut all the same (CUDA run workers too: they start CUDA inside the box).

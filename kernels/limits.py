@@ -153,14 +153,21 @@ def _remove_group(d, tries=1):
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+class Hidden(Exception):
+    """A process of the job closed its /proc files to the watch: made itself non-dumpable
+    (prctl(PR_SET_DUMPABLE, 0)), which only root's watch reads past."""
+
+
 def _per_process(pids, name, value):
     """The sum over these processes of value(their /proc/<pid>/<name> file, open); one that is
-    gone or unreadable counts 0."""
+    gone counts 0, one whose file is closed to this process raises Hidden."""
     total = 0
     for p in pids:
         try:
             with open(f"/proc/{p}/{name}") as f:
                 total += value(f)
+        except PermissionError:
+            raise Hidden(p) from None
         except (OSError, ValueError, IndexError, StopIteration):
             pass
     return total
@@ -187,20 +194,20 @@ def _memory_files(pids):
     once. Pages of these files that a process also maps count twice (an upper bound)."""
     own, mounts, files, total = set(), set(), set(), 0
     for folder in ("/dev/shm", "/tmp"):
-        with _quiet():
+        with contextlib.suppress(OSError):
             own.add(os.stat(folder).st_dev)
     for p in pids:
         for folder in ("dev/shm", "tmp"):
-            with _quiet():
+            with _quiet(p):
                 path = f"/proc/{p}/root/{folder}"
                 dev = os.stat(path).st_dev
                 if dev not in own and dev not in mounts:
                     mounts.add(dev)
                     v = os.statvfs(path)
                     total += (v.f_blocks - v.f_bfree) * v.f_frsize
-        with _quiet():
+        with _quiet(p):
             for fd in os.listdir(f"/proc/{p}/fd"):
-                with _quiet():
+                with _quiet(p):
                     if os.readlink(f"/proc/{p}/fd/{fd}").startswith("/memfd:"):
                         st = os.stat(f"/proc/{p}/fd/{fd}")
                         if (st.st_dev, st.st_ino) not in files:
@@ -209,9 +216,15 @@ def _memory_files(pids):
     return total
 
 
-def _quiet():
-    """A process or file gone while it was read counts nothing."""
-    return contextlib.suppress(OSError, ValueError)
+@contextlib.contextmanager
+def _quiet(p):
+    """Process p or a file of it gone while it was read counts nothing; closed raises Hidden."""
+    try:
+        yield
+    except PermissionError:
+        raise Hidden(p) from None
+    except (OSError, ValueError):
+        pass
 
 
 def _written(pids):
@@ -292,22 +305,31 @@ class JobGroup:
         weigh = memory and self.memory and "memory" not in self.dirs
         if count or weigh or self.disk:  # the job's processes: its group's members, else its worker's descendants
             procs = next((m for m in map(_members, set(self.dirs.values())) if m), None) or [pid] + descendants(pid)
-            if count and _tasks(procs) > self.pids:
-                self.hit = "process_limit", (f"the candidate ran more than {self.pids} processes and threads at once "
-                                             f"(max_processes; watched twice a second) and was killed")
-                return True
-            if self.disk and _written(procs) > self.disk:
-                self.hit = "disk_limit", (f"the job's processes wrote more than {self.disk / 2**30:.1f} GB to disk "
-                                          f"(job_disk_gb; watched twice a second) and were killed")
-                return True
-            # the exact measure only where the cheap bound says it could be over; memory in
-            # files (tmpfs, memfd) is in no process's resident set and counts beside it
-            held = weigh and _memory_files(procs)
-            if weigh and _rss(procs) + held > self.memory and _pss(procs) + held > self.memory:
-                self.hit = "memory_limit", (f"the job's processes held more than {self.memory / 2**30:.1f} GB of host "
-                                            f"memory (job_memory_gb; watched twice a second) and were killed")
+            try:
+                self.hit = self._watch(procs, count, weigh)
+            except Hidden as e:
+                self.hit = "hidden_process", (f"process {e} of the job closed its /proc files (non-dumpable) to the "
+                                              f"evaluator, which watches the job's limits here, and the job was killed")
+            if self.hit:
                 return True
         return bool(self.cpu and "cpu" in self.dirs and self.cpu_seconds() > self.cpu)
+
+    def _watch(self, procs, count, weigh):
+        """The limits over_limit watches, for these processes of the job -> (reason, message) of
+        the one they went over, or None; raises Hidden."""
+        if count and _tasks(procs) > self.pids:
+            return "process_limit", (f"the candidate ran more than {self.pids} processes and threads at once "
+                                     f"(max_processes; watched twice a second) and was killed")
+        if self.disk and _written(procs) > self.disk:
+            return "disk_limit", (f"the job's processes wrote more than {self.disk / 2**30:.1f} GB to disk "
+                                  f"(job_disk_gb; watched twice a second) and were killed")
+        # the exact measure only where the cheap bound says it could be over; memory in
+        # files (tmpfs, memfd) is in no process's resident set and counts beside it
+        held = weigh and _memory_files(procs)
+        if weigh and _rss(procs) + held > self.memory and _pss(procs) + held > self.memory:
+            return "memory_limit", (f"the job's processes held more than {self.memory / 2**30:.1f} GB of host "
+                                    f"memory (job_memory_gb; watched twice a second) and were killed")
+        return None
 
     def freeze(self, on):
         """Stop (True) or let go on (False) every process of the job, a process the candidate
