@@ -41,6 +41,8 @@ SETTINGS = {
         max_processes=(1024, "processes and threads one job may have at once (0 = no limit)"),
         job_memory_gb=(0.0, "host memory one job may use, all its processes together; 0 = half the machine's"),
         job_disk_gb=(2.0, "bytes one job may write to disk, all its processes together, its builds included (0 = no limit)"),
+        job_files=(100000, "files and folders one job may have in its work folder and its program's part of the build "
+                           "cache (0 = no limit)"),
         settle_seconds=(30.0, "before timing, the longest wait for the processes a candidate started (torch.compile's "
                               "workers) to go idle; what they do after it counts against the candidate"),
         call_timeout=(5.0, "seconds one candidate call (with its synchronize) may always take"),

@@ -239,13 +239,13 @@ class Evaluator:
                 env["CUDA_VISIBLE_DEVICES"] = gate.physical_gpu(self.gpus[g])
             job["cores"], job["time_cores"] = self.check_cores[g], self.run_cores[g]
         timeout = self.cfg["compile_timeout"] if kind == "compile" else self.cfg["run_timeout"]
-        # the job's limits, whatever it starts included: processes, memory, CPU time, disk writes
-        # (frozen with its worker on the CPU only, where a stopped job's other processes would
-        # run on the timed cores; the GPU gate's stops are as they were, SIGSTOP alone)
+        # the job's limits, all it starts included (limits.JobGroup); frozen with its worker on the CPU only,
+        # where a stopped job's other processes would run on the timed cores (the GPU gate: SIGSTOP alone)
         self._jobs += 1
         group = limits.JobGroup(f"{self._jobs}-{kind}", self.cfg["max_processes"], self.memory,
                                  self.worker.cpu_limit(self.cfg, kind, job.get("cores")), freezer=self.device == "cpu",
-                                 disk=int(self.cfg["job_disk_gb"] * 2**30)) if self.cfg["sandbox"] else None
+                                 disk=int(self.cfg["job_disk_gb"] * 2**30), files=self.cfg["job_files"],
+                                 folders=[job["workdir"], job["env"]["CUDAL1_CACHE"]]) if self.cfg["sandbox"] else None
         job = dict(job, env=env, cgroups=group.dirs if group else {}, kernelbench=bool(item.get("kb_job")),
                    confirm=None if item.get("kb_job") else item.get("confirm"))
         if kind == "run" and self.device == "cuda":

@@ -235,6 +235,22 @@ def _written(pids):
     return _per_process(pids, "io", lambda f: next(int(line.split()[1]) for line in f if line.startswith("write_bytes:")))
 
 
+def _entries(folders, most):
+    """Files and folders under these folders (links not followed), counted up to most + 1: the
+    look at a folder a candidate filled stops there."""
+    n, todo = 0, list(folders)
+    while todo and n <= most:
+        with contextlib.suppress(OSError):
+            with os.scandir(todo.pop()) as it:
+                for e in it:
+                    n += 1
+                    if e.is_dir(follow_symlinks=False):
+                        todo.append(e.path)
+                    if n > most:
+                        break
+    return n
+
+
 def _tasks(pids):
     """Processes and threads these processes are (what a pids group counts)."""
     # num_threads, field 20 of stat (after the command name, which may hold spaces and parentheses)
@@ -250,9 +266,11 @@ class JobGroup:
     and no memory controller to a group that holds processes), the parent watches the job's
     processes and threads, and its memory, instead (over_limit)."""
 
-    def __init__(self, name, pids=0, memory=0, cpu=0.0, freezer=True, disk=0):
+    def __init__(self, name, pids=0, memory=0, cpu=0.0, freezer=True, disk=0, files=0, folders=()):
         self.name, self.pids, self.memory, self.cpu, self.dirs, self._next_look = name, pids, memory, cpu, {}, 0.0
-        self.disk = disk  # bytes the job may write to disk, always watched (no group holds it)
+        # bytes the job may write to disk, and files it may have in the folders it writes on
+        # disk: always watched (no group holds them; an empty file costs some 256 bytes)
+        self.disk, self.files, self.folders = disk, files, folders
         self.hit = None  # a limit over_limit found the job over
         self.read = False  # verdict() was asked after the job ended: only then may the groups go
         for what, base in _cgroup_bases().items():
@@ -303,7 +321,7 @@ class JobGroup:
         self._next_look = time.monotonic() + WATCH_SECONDS
         count = self.pids and "pids" not in self.dirs
         weigh = memory and self.memory and "memory" not in self.dirs
-        if count or weigh or self.disk:  # the job's processes: its group's members, else its worker's descendants
+        if count or weigh or self.disk or self.files:  # the job's processes: its group's members, else its worker's descendants
             procs = next((m for m in map(_members, set(self.dirs.values())) if m), None) or [pid] + descendants(pid)
             try:
                 self.hit = self._watch(procs, count, weigh)
@@ -323,6 +341,9 @@ class JobGroup:
         if self.disk and _written(procs) > self.disk:
             return "disk_limit", (f"the job's processes wrote more than {self.disk / 2**30:.1f} GB to disk "
                                   f"(job_disk_gb; watched twice a second) and were killed")
+        if self.files and _entries(self.folders, self.files) > self.files:
+            return "disk_limit", (f"the job had more than {self.files} files and folders in its work folder and its "
+                                  f"program's part of the build cache (job_files; watched twice a second) and was killed")
         # the exact measure only where the cheap bound says it could be over; memory in
         # files (tmpfs, memfd) is in no process's resident set and counts beside it
         held = weigh and _memory_files(procs)
