@@ -40,7 +40,7 @@ SETTINGS = {
         cpu_seconds=(0.0, "CPU seconds one job may use, all its processes together; 0 = its timeout x its cores"),
         max_processes=(1024, "processes and threads one job may have at once (0 = no limit)"),
         job_memory_gb=(0.0, "host memory one job may use, all its processes together; 0 = half the machine's"),
-        job_disk_gb=(2.0, "bytes one job may write to disk, all its processes together, its builds included (0 = no limit)"),
+        job_disk_gb=(2.0, "GB one job may write to disk, all its processes together, its builds included (0 = no limit)"),
         job_files=(100000, "files and folders one job may have in its work folder and its program's part of the build "
                            "cache (0 = no limit)"),
         settle_seconds=(30.0, "before timing, the longest wait for the processes a candidate started (torch.compile's "

@@ -53,6 +53,9 @@ CLONE_NEWNET, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWIPC = 0x40000000, 0x10000000
 CLONE_NEWNS, MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = \
     0x20000, 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2
+# files and folders in each tmpfs of a job's own (/dev/shm, /tmp): a tmpfs file's inode and name
+# are kernel memory no process's resident set shows, and an empty file uses no data block
+TMPFS_FILES = 100_000
 
 
 def minimal_env(env=None):
@@ -370,7 +373,7 @@ def _private_mounts(hidden, keep):
     try:
         _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host's view
         held = {k: os.open(k, os.O_PATH | os.O_CLOEXEC) for k in keep if os.path.isdir(k)}
-        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,nr_inodes={TMPFS_FILES}")
         _private_tmp(hidden)
         if not IN_PID_NAMESPACE:  # (there /proc is the namespace's own: own_pid_namespace)
             _mask_processes()
@@ -436,7 +439,7 @@ def _private_tmp(hidden):
             if p not in hidden and not name.startswith("pymp-"):
                 held[name] = (os.open(p, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC),
                               os.readlink(p) if os.path.islink(p) else None)
-        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=2g")
+        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size=2g,nr_inodes={TMPFS_FILES}")
     except OSError:
         return
     for name, (fd, link) in held.items():
