@@ -2119,8 +2119,8 @@ def test_a_process_in_a_session_of_its_own_stops_with_its_job(cache, tasks, monk
 def test_job_limits_are_watched_where_no_group_can_be_made(cache, tasks, monkeypatch):
     """cgroup v2 delegates only what the group above turns on, and no memory controller to a
     group that holds processes (the GPU machines have neither pids nor memory): there the
-    evaluator watches each job's processes and threads, and its memory, twice a second: its
-    processes' and the memory files' they hold (tmpfs, memfd), which no resident set shows."""
+    evaluator watches each job's processes and threads, and its memory, twice a second: what
+    its processes hold, and the memory files they keep (tmpfs, memfd), which no resident set shows."""
     if {"job memory", "process count"} & set(sandbox.probe()):
         pytest.skip(str(sandbox.probe()))
     monkeypatch.setattr(limits, "_BASES", {k: v for k, v in limits._cgroup_bases().items() if k == "cpu"})
@@ -2137,6 +2137,24 @@ def test_job_limits_are_watched_where_no_group_can_be_made(cache, tasks, monkeyp
         assert (m.status, m.reason) == ("runtime_error", "memory_limit") and "watched" in m.message, m.message
     assert (p.status, p.reason) == ("runtime_error", "process_limit") and "watched" in p.message, p.message
     assert ok.ok, f"{ok.status}/{ok.reason}: {ok.message}"
+
+
+def _as_nobody(code, modules):
+    """Python `code` run as an unprivileged user (nobody), beside these kernels/ modules
+    (standard library only) -> its last line of output, parsed as JSON."""
+    python = "/usr/bin/python3"
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(python):
+        pytest.skip("needs root, setpriv and a system python to become nobody")
+    d = tempfile.mkdtemp()
+    try:
+        for f in modules:
+            shutil.copy(os.path.join(HERE, "kernels", f), d)
+        os.chmod(d, 0o755)
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code],
+                           cwd=d, capture_output=True, text=True, timeout=120, env=dict(PATH=os.environ["PATH"], HOME=d))
+    finally:
+        shutil.rmtree(d)
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 _HIDER = """
@@ -2166,40 +2184,17 @@ def test_without_root_a_process_cannot_hide_from_the_watch():
     disk writes from /proc/<pid>; a process that makes itself non-dumpable closes those files
     to it (root reads past that). Such a process is found, and its job killed
     (`hidden_process`); one that does not hide is not."""
-    python = "/usr/bin/python3"
-    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(python):
-        pytest.skip("needs root, setpriv and a system python to become nobody")
-    d = tempfile.mkdtemp()
-    try:
-        shutil.copy(os.path.join(HERE, "kernels", "limits.py"), d)  # standard library only
-        os.chmod(d, 0o755)
-        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", _HIDER],
-                           cwd=d, capture_output=True, text=True, timeout=120, env=dict(PATH=os.environ["PATH"], HOME=d))
-    finally:
-        shutil.rmtree(d)
-    (shown, hit, grouped), (hidden, why, _) = json.loads(r.stdout.strip().splitlines()[-1])
+    seen = _as_nobody(_HIDER, ["limits.py"])
+    (shown, hit, grouped), (hidden, why, _) = seen
     assert not grouped, "nobody made a control group"
-    assert (shown, hit) == (False, None) and (hidden, why) == (True, "hidden_process"), r.stdout
+    assert (shown, hit) == (False, None) and (hidden, why) == (True, "hidden_process"), seen
 
 
 def test_without_root_the_network_is_cut_through_a_user_namespace():
     """The probe as an unprivileged user (nobody), where the kernel allows user namespaces:
     the network is cut all the same (CUDA run workers too: they start CUDA inside the box).
     No PID namespace. No control groups: the process count and memory are watched, the CPU time is missing."""
-    python = "/usr/bin/python3"
-    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(python):
-        pytest.skip("needs root, setpriv and a system python to become nobody")
-    d = tempfile.mkdtemp()
-    try:
-        for f in ("sandbox.py", "limits.py"):  # standard library only
-            shutil.copy(os.path.join(HERE, "kernels", f), d)
-        os.chmod(d, 0o755)
-        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c",
-                            "import json, sandbox; print(json.dumps(sandbox.probe()))"],
-                           cwd=d, capture_output=True, text=True, timeout=120, env=dict(PATH=os.environ["PATH"], HOME=d))
-    finally:
-        shutil.rmtree(d)
-    missing = json.loads(r.stdout.strip().splitlines()[-1])
+    missing = _as_nobody("import json, sandbox; print(json.dumps(sandbox.probe()))", ["sandbox.py", "limits.py"])
     if "user namespace: " in missing.get("network", ""):
         pytest.skip(f"this kernel allows no unprivileged user namespace: {missing['network']}")
     assert "network" not in missing and "files" not in missing, missing

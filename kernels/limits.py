@@ -163,13 +163,8 @@ def _per_process(pids, name, value):
     gone counts 0, one whose file is closed to this process raises Hidden."""
     total = 0
     for p in pids:
-        try:
-            with open(f"/proc/{p}/{name}") as f:
-                total += value(f)
-        except PermissionError:
-            raise Hidden(p) from None
-        except (OSError, ValueError, IndexError, StopIteration):
-            pass
+        with _quiet(p), open(f"/proc/{p}/{name}") as f:
+            total += value(f)
     return total
 
 
@@ -218,12 +213,13 @@ def _memory_files(pids):
 
 @contextlib.contextmanager
 def _quiet(p):
-    """Process p or a file of it gone while it was read counts nothing; closed raises Hidden."""
+    """Process p or a file of it gone while it was read (or cut short) counts nothing; closed
+    raises Hidden."""
     try:
         yield
     except PermissionError:
         raise Hidden(p) from None
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError, StopIteration):
         pass
 
 
@@ -321,7 +317,8 @@ class JobGroup:
         self._next_look = time.monotonic() + WATCH_SECONDS
         count = self.pids and "pids" not in self.dirs
         weigh = memory and self.memory and "memory" not in self.dirs
-        if count or weigh or self.disk or self.files:  # the job's processes: its group's members, else its worker's descendants
+        if count or weigh or self.disk or self.files:
+            # the job's processes: its group's members, else its worker's descendants
             procs = next((m for m in map(_members, set(self.dirs.values())) if m), None) or [pid] + descendants(pid)
             try:
                 self.hit = self._watch(procs, count, weigh)
