@@ -30,6 +30,7 @@ import kernels
 import prompts
 import sampler
 import taskset
+import weights
 
 SPECIAL = dict(start="<|im_start|>", end="<|im_end|>", pad="<|pad|>")
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -126,49 +127,12 @@ def device_of(cfg):
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def hub_name(path):
-    """True for what from_pretrained looks up in the hub cache ("owner/name"), not on disk."""
-    return not path.startswith((".", "/", "~")) and path.count("/") <= 1 and not os.path.exists(path)
-
-
-def check_model_path(path):
-    """Raise FileNotFoundError, one line, for a model that cannot be loaded here: a local
-    path that is not a folder, or a hub name that is not in the Hugging Face cache while the
-    hub cannot be reached (from_pretrained would retry for most of a minute, then print a
-    traceback about the hub)."""
-    if not path or path.startswith("random:"):
-        return
-    if not hub_name(path):
-        if not os.path.isdir(os.path.expanduser(path)):
-            raise FileNotFoundError(f"{path}: no such checkpoint or model folder")
-        return
-    from huggingface_hub import try_to_load_from_cache
-    if isinstance(try_to_load_from_cache(path, "config.json"), str):
-        return
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    if offline or not _hub_reachable():
-        raise FileNotFoundError(
-            f"{path}: not a local folder and not in the Hugging Face cache, and the hub cannot be reached "
-            f"from here; download it where there is a network (huggingface-cli download {path}) or give a local folder")
-
-
-def _hub_reachable(seconds=3.0):
-    import socket
-    from urllib.parse import urlparse
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
-    try:
-        socket.create_connection((host, 443), timeout=seconds).close()
-        return True
-    except OSError:
-        return False
-
-
 def preflight(cfg, paths=()):
     """What the policy needs, checked before any work starts, one line each: the device, the
     optional package LoRA needs, and every model or checkpoint the run will load."""
     if cfg["device"].startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {cfg['device']}: no CUDA GPU is visible here (use --device auto or cpu)")
-    local = [p for p in paths if p and not p.startswith("random:") and not hub_name(p)]
+    local = [p for p in paths if p and not p.startswith("random:") and not weights.hub_name(p)]
     if cfg["lora_rank"] > 0 or any(adapter_base(p) for p in local if os.path.isdir(os.path.expanduser(p))):
         try:
             import peft  # noqa: F401
@@ -176,7 +140,7 @@ def preflight(cfg, paths=()):
             raise ValueError("LoRA (--lora_rank, or a LoRA checkpoint) needs peft: "
                              "pip install -r requirements.txt") from None
     for p in paths:
-        check_model_path(p)
+        weights.check_model_path(p)
 
 
 def load(cfg, path=None, train=False):
@@ -192,6 +156,8 @@ def load(cfg, path=None, train=False):
     hf_logging.disable_progress_bar()  # shard-writing bars at every checkpoint are noise
     dev = device_of(cfg)
     path = path if path is not None else cfg["model"]
+    weights.check_model_path(path)
+    path = weights.resolve(path)
     lora = train and cfg["lora_rank"] > 0
     fsdp = train and cfg["fsdp"] and int(os.environ.get("WORLD_SIZE", "1")) > 1
     if fsdp:  # whole weights on the host; prepare() shards them onto the GPUs
@@ -209,7 +175,6 @@ def load(cfg, path=None, train=False):
     elif path.startswith("random:"):
         model = build_random(path[len("random:"):], cfg, tok, dtype, dev)
     else:
-        check_model_path(path)
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(adapter or path, dtype=dtype)
     if tok.pad_token is None:  # many base models have none; padding is masked anyway

@@ -32,6 +32,7 @@ import kernels
 import policy
 import prompts
 import taskset
+import weights
 
 # ----------------------------------------------------------------------------------------
 # Teachers: each yields (task, response text) pairs
@@ -146,7 +147,7 @@ def check_teacher(spec, cfg):
     if kind == "file" and not os.path.exists(arg):
         raise ValueError(f"teacher {spec}: no such file or folder")
     if kind == "hf":
-        policy.check_model_path(arg)
+        weights.check_model_path(arg)
     return kind, arg
 
 
