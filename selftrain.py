@@ -9,7 +9,9 @@ Each round samples `st_samples` responses per task from the current model, judge
 (correctness only: speed is ignored at this stage), keeps the successes (one per source
 hash) and fine-tunes on exactly the sampled tokens: REINFORCE with reward 1 for success,
 0 otherwise and no baseline, which is fine-tuning on the successes. Stops after
-`st_rounds` rounds, or earlier once the success rate stops rising. Writes
+`st_rounds` rounds, or earlier once the success rate stops rising; when a round's samples are
+less often correct than the round before's, the model before that training is the checkpoint
+(`--st_check_last`: one more round, sampled and judged only, checks the last training too). Writes
 out/<config>/selftrain/: the checkpoint after each round, successes.jsonl (every success,
 for Stage 3's database), candidates.jsonl, log.jsonl, samples/round_<r>.jsonl.
 Killed? Run the same command again: it resumes at the round in flight.
@@ -68,6 +70,18 @@ def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1):
     return succ, rate
 
 
+def get_weights(model):
+    """The model's full weights on the host (gathered from every rank under FSDP2)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def set_weights(model, weights):
+    """Put get_weights' copy back (every rank takes part under FSDP2)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+
+
 def run(cfg):
     """Stage 2 end to end -> the checkpoint folder. Reuses a finished stage."""
     rank, world, cfg = common.dist_setup(cfg)
@@ -91,8 +105,10 @@ def run(cfg):
     t0 = time.time()
     model = policy.prepare(model, cfg, world)  # FSDP2 shards under torchrun with --fsdp
     smp = sampler.Sampler(policy.unwrap(model), cfg)
+    kept = None  # the weights before the last round's training (on the host), while they may be needed
     with kernels.Evaluator(cfg, time_candidates=False, progress=cfg["progress"] and rank == 0) as ev:
-        while extra["round"] < cfg["st_rounds"]:
+        rounds = cfg["st_rounds"] + (1 if cfg["st_check_last"] else 0)  # the check: sampled, not trained on
+        while extra["round"] < rounds:
             rnd = extra["round"] + 1
             succ, rate = sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank, world)
             if rank == 0:
@@ -100,12 +116,27 @@ def run(cfg):
                                     [{k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")}
                                      for s in succ])
             rates = extra["rates"] + [rate]
+            if len(rates) > 1 and rate < rates[-2] and kept is not None:
+                # The last round's training made the model worse: its samples are the measure.
+                # Keep the model that round trained, not this one (on a real model an
+                # unlucky round garbled constants and the stage handed Stage 3 a wreck).
+                set_weights(model, kept)
+                if rank == 0:
+                    print(f"selftrain: success rate fell to {100 * rate:.0f}% from {100 * rates[-2]:.0f}%; "
+                          f"keeping the model before round {rnd - 1}'s training and stopping")
+                extra = dict(extra, rates=rates, round=rnd, stopped=True, reverted=rnd - 1)
+                break
             if len(rates) > 1 and rate <= rates[-2]:  # the success rate stopped rising: stop here
                 if rank == 0:
                     print(f"selftrain: success rate {100 * rate:.0f}% did not rise over {100 * rates[-2]:.0f}%; "
                           f"stopping")
                 extra = dict(extra, rates=rates, round=rnd, stopped=True)
                 break
+            if rnd > cfg["st_rounds"]:  # the check round: the last training held
+                extra = dict(extra, rates=rates, round=rnd)
+                break
+            if rnd < rounds:  # the next round measures what this one trains: keep a way back
+                kept = get_weights(model)
             if succ:
                 # a fresh optimizer and schedule per round (the data changes every round)
                 opt, _ = sft.finetune(cfg, succ, out, model, tok, dict(extra=extra), cfg["st_epochs"],
