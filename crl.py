@@ -435,6 +435,17 @@ def report(cfg, out, db, tasks, start_from):
           "prompts as tasks; - where a task\n  drew none); Stage 3 best: the fastest sample it drew.")
     if set_aside:
         print(f"  set aside (output never changes with the input; not in the numbers): {', '.join(set_aside)}")
+    for line in verdict_lines(log, pass_len, {t: sum(m) / len(m) for (t, _), m in zip(cols, means) if m}):
+        print("  " + line)
+    found = [r for r in exemplars.discoveries(db.rows, exemplars.earlier_sources(
+        [os.path.join(common.stage_dir(cfg, "sft"), "data.jsonl"),
+         os.path.join(common.stage_dir(cfg, "selftrain"), "successes.jsonl")], db.rows)) if r["task"] not in set_aside]
+    tasks_found = sorted({r["task"] for r in found})
+    print(f"  new and faster: {len(found)} Stage 3 variant(s) on {len(tasks_found)} task(s) whose source no earlier "
+          f"stage had and that beat\n  the fastest Stage 1 variant of the task by 5% or more (one timing each; "
+          f"evaluate.py --runs judges them again)"
+          + "".join(f"\n    {r['task']}: {r['speedup']:.2f}x against {r['teacher_best']:.2f}x (step {r['step']})"
+                    for r in {r["task"]: r for r in reversed(found)}.values()))
     stages = [d for d in (common.stage_dir(cfg, s) for s in ("sft", "selftrain")) if common.has_checkpoint(d)]
     cks = list(dict.fromkeys(["base", *stages, start_from, out]))
     # what evaluate.py needs to rebuild the same tasks and the same base model
@@ -447,6 +458,27 @@ def report(cfg, out, db, tasks, start_from):
     print(f"  checkpoints: {', '.join(c for c in cks if c != 'base')}")
     print(f"  compare the checkpoints on the same tasks, k samples each (base = the starting model):\n"
           f"    python evaluate.py --config {cfg['config']}{extra} --samples 4 --checkpoint {','.join(cks)}")
+
+
+def verdict_lines(log, pass_len, means):
+    """means: {column title: mean over tasks}. One line on whether Stage 3 helped (its last
+    pass against its first), and a warning
+    when its learning has stopped: in the last pass every group's samples got equal rewards
+    (the update had nothing to follow), or the policy no longer moved."""
+    lines = []
+    if "Stage 3 pass 1" in means and "Stage 3 last pass" in means:
+        first, last = means["Stage 3 pass 1"], means["Stage 3 last pass"]
+        word = "rose" if last > first * 1.02 else "fell" if last < first * 0.98 else "stayed level"
+        lines.append(f"Stage 3's mean sampled speedup {word}: {first:.2f} in its first pass, {last:.2f} in its last")
+    tail = log[-pass_len:]
+    groups, skipped = sum(r.get("groups", 0) for r in tail), sum(r.get("skipped_groups", 0) for r in tail)
+    if tail and groups and skipped == groups:
+        lines.append(f"WARNING: learning has stopped: in the last {len(tail)} step(s) all {groups} groups' samples got "
+                     f"equal rewards, so no update followed (raise --crl_temperature or --crl_samples, or stop here)")
+    elif tail and groups and skipped >= 0.75 * groups:
+        lines.append(f"warning: in the last {len(tail)} step(s) {skipped} of {groups} groups carried no signal "
+                     f"(equal rewards within the group)")
+    return lines
 
 
 def fmt(x):

@@ -10,6 +10,7 @@ exp((bucket mean - global mean) / tau), then one variant uniformly from each buc
 """
 import math
 import os
+import re
 
 import common
 import taskset
@@ -78,3 +79,43 @@ def pick_exemplars(db, task, cfg, rng):
     else:
         idx = bucket_sample([r["speedup"] for r in rows], cfg["n_exemplars"], cfg["bucket_width"], cfg["tau"], rng)
     return [dict(code=rows[i]["code"], speedup=rows[i]["speedup"]) for i in idx]
+
+
+# ----------------------------------------------------------------------------------------
+# Discovery: variants Stage 3 wrote that no earlier stage had, and that beat the teacher
+
+def normalized(code):
+    """Source without comments and whitespace, so that two variants differing only there count
+    as one. C comments go; a Python '#' comment goes unless it is a preprocessor line."""
+    code = re.sub(r"/\*.*?\*/", "", code or "", flags=re.S)
+    code = re.sub(r"//[^\n]*", "", code)
+    code = re.sub(r"#(?!\s*(?:include|pragma|define|undef|if|ifdef|ifndef|else|elif|endif)\b)[^\n]*", "", code)
+    return re.sub(r"\s+", "", code)
+
+
+def discoveries(rows, earlier, margin=0.05):
+    """rows: database rows (db.jsonl); earlier: {task: set of normalized() sources} of every
+    earlier stage's data. -> the correct Stage 3 variants (origin crl) whose normalised source
+    is new and whose speedup beats the fastest Stage 1 variant of their task (origin sft) by at
+    least `margin`, fastest first. Each row gains `teacher_best`."""
+    best = {}
+    for r in rows:
+        if r.get("origin") == "sft" and r.get("status") == "ok":
+            best[r["task"]] = max(best.get(r["task"], 0.0), r["speedup"])
+    found = [dict(r, teacher_best=best[r["task"]]) for r in rows
+             if r.get("origin") == "crl" and r.get("status") == "ok" and r["task"] in best
+             and r["speedup"] >= (1 + margin) * best[r["task"]]
+             and normalized(r.get("code")) not in earlier.get(r["task"], ())]
+    return sorted(found, key=lambda r: -r["speedup"])
+
+
+def earlier_sources(paths, rows=()):
+    """{task: set of normalized() sources} from the JSONL files that exist among `paths`
+    (Stage 1's data.jsonl, Stage 2's successes.jsonl) and from database rows of another
+    origin than Stage 3's."""
+    seen = {}
+    found = [r for p in paths if os.path.exists(p) for r in common.read_jsonl(p, torn_tail=True)]
+    for r in found + [r for r in rows if r.get("origin") != "crl"]:
+        if r.get("code"):
+            seen.setdefault(r["task"], set()).add(normalized(r["code"]))
+    return seen
