@@ -6,6 +6,7 @@ rejection reasons.
     python evaluate.py --config small --samples 4                              # the untrained tiny model
     python evaluate.py --config small --samples 4 --checkpoint base,out/small/sft,out/small/selftrain,out/small/crl
     python evaluate.py --config small --samples 4 --checkpoint out/small/crl --exemplars_db out/small/crl/db.jsonl
+    python evaluate.py --config smol --samples 8 --runs out/s0,out/s1,out/s2   # every stage of runs over seeds
     python evaluate.py --tasks builtin --solutions tasks/seeds/cuda --baseline compile
     python evaluate.py --tasks ../KernelBench/KernelBench/level1 --solutions runs/level1
     python evaluate.py --solutions cuda_l1_h100.jsonl      # records carry their own ref_code
@@ -14,7 +15,12 @@ rejection reasons.
     python evaluate.py --tasks problems.jsonl --reference_only     # KernelBench as one JSONL
 
 Settings are config.py's (`--key=value`, `--help` lists them); the full results go to
-out/evaluate/<time>.json. In solutions mode every verdict is also written as it lands to
+out/evaluate/<time>.json. With --runs (the --out folders of `crl.py --seed S --out out/sS`, and
+of its `--exemplars random` ablation) each run's base, sft, selftrain, crl and crl-random checkpoints
+are sampled, prompted with exemplars from that run's Stage 1 data, and judged by one evaluator;
+the stages are compared over the seeds beside the paper's ablation, Stage 3's discoveries are
+judged again beside the teacher's best, and the tables go to out/evaluate/<time>.ablation.md
+(.json, .png, and .discovery.diff). In solutions mode every verdict is also written as it lands to
 out/evaluate/<time>.verdicts.jsonl, with a fingerprint of the evaluator settings it was judged
 under; --resume reuses those of earlier runs with the same settings and judges the rest.
 """
@@ -27,6 +33,7 @@ import random
 import re
 import time
 
+import ablation
 import common
 import config
 import exemplars
@@ -36,6 +43,9 @@ import prompts
 import taskset
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
+# verdicts kept apart from the numbers: accepted, but the output never changes with the input,
+# or is right only on the task's own input distribution (--allow_distribution_shortcut)
+APART = ("input_independent", "input_distribution")
 
 
 def summarize(verdicts):
@@ -143,9 +153,8 @@ def report(verdicts):
     input_distribution (accepted with --allow_distribution_shortcut) apart."""
     print_table(verdicts)
     print_build_errors(verdicts)
-    apart = ("input_independent", "input_distribution")
-    main = [v for v in verdicts if not set(apart) & set(v.flags)]
-    flagged = [v for v in verdicts if set(apart) & set(v.flags)]
+    main = [v for v in verdicts if not set(APART) & set(v.flags)]
+    flagged = [v for v in verdicts if set(APART) & set(v.flags)]
     out = {"all": summarize(main)}
     print()
     print_summary(out["all"], "candidates")
@@ -320,6 +329,62 @@ def model_mode(cfg, tasks, ev, rank, world):
     return verdicts, summary, samples
 
 
+def stage_numbers(verdicts, set_aside):
+    """One checkpoint's verdicts -> summarize()'s headline numbers over the tasks not set aside,
+    and each task's mean speedup over its samples (failures as 0), set-aside ones too."""
+    s = summarize([v for v in verdicts if v.task not in set_aside])
+    per = {}
+    for v in verdicts:
+        per.setdefault(v.task, []).append(v.speedup if v.ok else 0.0)
+    return dict(n=s["n"], ok=s["ok"], success_rate=s["success_rate"], mean_speedup=s["mean_speedup"],
+                fast_1=s["fast_p"]["1.0"], median_speedup=s["median_speedup"], max_speedup=s["max_speedup"],
+                per_task={t: sum(xs) / len(xs) for t, xs in per.items()})
+
+
+def runs_mode(cfg, tasks, ev, rank, world):
+    """--runs: every stage checkpoint of every training run, each prompted with exemplars from
+    its run's Stage 1 data (a fresh rng of --seed per checkpoint, so a run's checkpoints see the
+    same prompts), all samples judged together by this one evaluator (code two checkpoints both
+    produce is measured once). Under torchrun each rank samples and judges its share.
+    -> (verdicts, the comparison as plain data, samples)"""
+    by_name = {t.name: t for t in tasks}
+    runs = ablation.check_runs(cfg)
+    pairs, owner, failed, samples = [], [], [], []
+    for root, (found, missing) in runs.items():
+        data = ablation.run_file(cfg, root, "sft", "data.jsonl")
+        rcfg = dict(cfg, exemplars_db=data if os.path.isfile(data) else "")
+        if rank == 0:
+            print(f"run {root}: {', '.join(s for s, _ in found)}"
+                  + (f"; missing {', '.join(missing)}" if missing else "")
+                  + ("" if rcfg["exemplars_db"] else f"; no {data}, so no exemplars in its prompts"))
+        for stage, ck in found:
+            parts = common.sharded(lambda mine: sample_pairs(rcfg, mine, ev.language, ck), tasks, rank, world)
+            name = (lambda n: f"{root}:{n}") if stage == "base" else (lambda n: n)  # base is in every run
+            for p in parts:
+                pairs += [(by_name[t], taskset.Solution(c, name(n))) for t, c, n in p["pairs"]]
+                owner += [(root, stage)] * len(p["pairs"])
+                failed += [((root, stage), kernels.Verdict(**dict(d, solution=name(d["solution"]))))
+                           for d in p["failed"]]
+                samples += [dict(s, run=root, stage=stage) for s in p["samples"]]
+    judged = common.sharded(functools.partial(ev.evaluate, desc="judging every run's samples"), pairs, rank, world)
+    got = {}
+    for key, v in list(zip(owner, judged)) + failed:
+        got.setdefault(key, []).append(v)
+    verdicts = judged + [v for _, v in failed]
+    set_aside = sorted({v.task for v in verdicts if set(APART) & set(v.flags)}
+                       | ablation.flagged_in_dbs(cfg, runs, APART))
+    per_run = {root: {stage: stage_numbers(got.get((root, stage), []), set(set_aside)) for stage, _ in found}
+               for root, (found, _) in runs.items()}
+    result = dict(runs={root: dict(checkpoints=dict(found), missing=missing)
+                        for root, (found, missing) in runs.items()},
+                  samples=cfg["samples"], tasks=[t.name for t in tasks], set_aside=set_aside, per_run=per_run,
+                  aggregate=ablation.aggregate(per_run), ratios=ablation.ratios(per_run, apart=set(set_aside)),
+                  per_task=ablation.per_task(per_run))
+    if rank == 0:
+        ablation.print_report(result)
+    return verdicts, result, samples
+
+
 # Evaluator settings that decide where and how fast a run goes, not what its verdicts say.
 OPERATIONAL = ("gpus", "workers", "checks_per_gpu", "cache_dir")
 
@@ -450,8 +515,13 @@ def run(cfg):
     # records that bring their own tasks (the CUDA-L1 release) are kept by --only after pairing
     own = bool(solutions) and taskset.brings_own_tasks(cfg["tasks"], solutions)
     tasks = all_tasks if own else taskset.select(all_tasks, cfg["only"])
+    if cfg["runs"] and (not cfg["samples"] or cfg["checkpoint"] or cfg["exemplars_db"]):
+        raise ValueError("--runs samples every stage checkpoint of each run, with exemplars from its Stage 1 data: "
+                         "it needs --samples k, and takes no --checkpoint or --exemplars_db")
     if cfg["samples"]:  # every model named must load, and the device must exist, before any sampling starts
         cks = [ck.strip() for ck in cfg["checkpoint"].split(",")] if cfg["checkpoint"] else ["base"]
+        if cfg["runs"]:
+            cks = ["base"] + [ck for found, _ in ablation.check_runs(cfg).values() for _, ck in found[1:]]
         policy.preflight(cfg, [cfg["model"] if ck in ("", "base") else ck for ck in cks])
     if cfg["exemplars_db"] and not cfg["samples"]:
         raise ValueError("--exemplars_db shows exemplars in model-mode prompts: it needs --samples k")
@@ -478,6 +548,8 @@ def run(cfg):
             if rank == 0:
                 print(f"\n{len(verdicts) - len(bad)}/{len(verdicts)} references ran")
             summary = {"references_ok": len(verdicts) - len(bad), "n": len(verdicts)}
+        elif cfg["runs"]:
+            verdicts, summary, samples = runs_mode(cfg, tasks, ev, rank, world)
         elif cfg["samples"]:
             verdicts, summary, samples = model_mode(cfg, tasks, ev, rank, world)
         else:
@@ -509,6 +581,8 @@ def run(cfg):
     if summary and summary.get("audit"):
         md, csv_path = write_audit(summary["audit"]["rows"], path[:-len(".json")])
         print(f"audit table: {md}, {csv_path}")
+    if cfg["runs"]:  # after the main evaluator has closed: discoveries are judged again in a fresh one
+        ablation.finish(cfg, summary, path[:-len(".json")], all_tasks, ev.device)
     return verdicts, summary
 
 
