@@ -86,7 +86,9 @@ def pick_exemplars(db, task, cfg, rng):
 
 def normalized(code):
     """Source without comments and whitespace, so that two variants differing only there count
-    as one. C comments go; a Python '#' comment goes unless it is a preprocessor line."""
+    as one. C comments go; a Python '#' comment goes unless it is a preprocessor line. Python's
+    `//` is taken for a comment too: two sources differing only after one count as the same,
+    which can only undercount what is new."""
     code = re.sub(r"/\*.*?\*/", "", code or "", flags=re.S)
     code = re.sub(r"//[^\n]*", "", code)
     code = re.sub(r"#(?!\s*(?:include|pragma|define|undef|if|ifdef|ifndef|else|elif|endif)\b)[^\n]*", "", code)

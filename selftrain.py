@@ -73,7 +73,11 @@ def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1):
 def get_weights(model):
     """The model's full weights on the host (gathered from every rank under FSDP2)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # a copy: for a model already on the host the offload returns the live weights themselves,
+    # which the next training would change under us
+    live = {t.data_ptr() for t in model.state_dict().values()}
+    return {k: v.detach().clone() if v.data_ptr() in live else v for k, v in full.items()}
 
 
 def set_weights(model, weights):
