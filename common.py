@@ -155,11 +155,100 @@ def is_done(out):
     return bool((state.get("extra") or {}).get("done"))
 
 
+# The settings that make a stage folder what it is. Its checkpoint and data answer for these
+# alone: resumed or reused under other values, a folder hands back another run's model as if
+# it were this command's (issue "first hour": `crl.py --config small --model X` after a tiny
+# model run reported the tiny model's 20 steps as X's). Each, and why:
+#   model                  the weights, and a real model's tokenizer
+#   tiny_dim .. tiny_vocab the tiny model's shape and tokenizer (compared when both are the tiny model)
+#   lora_rank              adapters or full weights, and the adapters' shape
+#   lora_alpha, lora_targets  the adapters' scale and the modules they sit on (when both have adapters)
+#   fsdp                   the optimizer state is saved in FSDP's layout (by parameter name), not AdamW's
+#   init_from              the weights the stage started from (and Stage 3's KL reference); an
+#                          omitted --init_from is a different start (the previous stage, or --model)
+#   tasks                  the task set every stage samples, judges and reports on: a dataset, a
+#                          database or a log of one set carried on with another mixes the two
+#   language               (as stated_language reads it) the prompt format, the kernels in the
+#                          data, the tiny model's tokenizer
+# Out, on purpose: only (picks tasks of the same set: narrowing or widening a resumed run is
+# legitimate), config and exemplars (they name the folder, so always agree), seed (the
+# checkpoint holds the weights and RNG state), dtype (either loads the weights, and
+# grpo.optimizer takes either's optimizer state), teachers (the dataset on disk is what a
+# resume uses, as sft.py says), and rates, lengths, step counts and evaluator settings: they
+# change how a run goes on, not what it continues (--crl_steps is how Stage 3 goes on).
+MADE_WITH = ("model", "tiny_dim", "tiny_layers", "tiny_heads", "tiny_vocab", "lora_rank", "lora_alpha",
+             "lora_targets", "fsdp", "init_from", "tasks", "language")
+
+
+def stated_language(cfg):
+    """The kernel language --backend and --language name, as kernels.target reads them but
+    without the machine: "auto" where both are auto (the machine's own; kernels, which imports
+    this module through taskset, is not imported here). --backend beside a named language
+    changes only where candidates are timed."""
+    if cfg["language"] != "auto" or cfg["backend"] == "auto":
+        return cfg["language"]
+    return config.pick_language("auto", cfg["backend"])
+
+
+def _show(key, value):
+    text = f"--{key}={repr(value) if isinstance(value, str) else str(value).lower()}"
+    if key == "language" and value == "auto":
+        text += " (the device's own)"
+    if key in ("model", "init_from") and not value:
+        text += " (the tiny built-in model)" if key == "model" else " (none: the previous stage's output)"
+    return text
+
+
+def made_differently(saved, cfg):
+    """The MADE_WITH settings in which a folder's saved config and cfg differ -> [(key, saved
+    value, cfg's value)]. A key an older folder lacks counts as its default."""
+    saved = dict(config.DEFAULTS, **saved)
+    both_tiny = saved["model"] == cfg["model"] == ""
+    both_lora = saved["lora_rank"] > 0 and cfg["lora_rank"] > 0
+    out = []
+    for key in MADE_WITH:
+        if (key.startswith("tiny_") and not both_tiny) or (key in ("lora_alpha", "lora_targets") and not both_lora):
+            continue
+        if key == "language":  # auto against a named one differs: what auto was on the folder's machine is not saved
+            a, b = stated_language(saved), stated_language(cfg)
+        else:
+            a, b = saved[key], cfg[key]
+            if key in ("model", "init_from", "tasks"):  # out/small/sft/ and out/small/sft are one folder
+                a, b = (os.path.normpath(v) if v else v for v in (a, b))
+        if a != b:
+            out.append((key, a, b))
+    return out
+
+
+def check_resumable(cfg, out, starts_from=False):
+    """Raise ValueError, one line, when folder `out` holds something a run would resume or reuse
+    (a checkpoint, data) and its run_config.json has other MADE_WITH settings than cfg.
+    starts_from: `out` is an earlier stage's output this stage starts from; init_from is this
+    stage's own start, so it is not compared."""
+    path = os.path.join(out, "run_config.json")
+    if not os.path.exists(path) or not _leftovers(out):
+        return
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); delete {out} to start over") from None
+    diff = [d for d in made_differently(saved, cfg) if not (starts_from and d[0] == "init_from")]
+    if diff:
+        what = f"{out}, an earlier stage this command builds on," if starts_from else out
+        raise ValueError(f"{what} was made with {', '.join(_show(k, a) for k, a, _ in diff)}; this command has "
+                         f"{', '.join(_show(k, b) for k, _, b in diff)}. Use another --out, or delete {out} to start "
+                         f"over (its settings: {path})")
+
+
 def start_stage(cfg, stage, write_config=True):
     """Open a stage's folder, out/<config>/<stage>/, saving the config it runs with (under
     torchrun rank 0 alone writes) -> (folder, finished). finished: the folder already holds
-    a completed checkpoint, which the stage reuses (nothing is written then)."""
+    a completed checkpoint, which the stage reuses (nothing is written then). A folder made
+    with other MADE_WITH settings is refused (check_resumable), before its run_config.json is
+    overwritten."""
     out = stage_dir(cfg, stage)
+    check_resumable(cfg, out)
     if is_done(out):
         print(f"{stage}: {out} is finished (delete it to run again)")
         return out, True
@@ -170,12 +259,23 @@ def start_stage(cfg, stage, write_config=True):
     return out, False
 
 
+def _leftovers(out):
+    """What a stage folder holds besides its run_config.json: files with something in them,
+    folders with something in them (an empty samples/ is nothing)."""
+    def full(p):
+        try:
+            return any(full(os.path.join(p, n)) for n in os.listdir(p)) if os.path.isdir(p) else os.path.getsize(p) > 0
+        except OSError:  # unreadable: count it as something
+            return True
+    return [n for n in os.listdir(out) if n != "run_config.json" and full(os.path.join(out, n))] \
+        if os.path.isdir(out) else []
+
+
 def _drop_if_empty(out):
     """At exit: a stage folder that holds only its run_config.json and empty files (the run
     failed before it produced anything) is removed, so nothing looks half done."""
     try:
-        names = os.listdir(out)
-        if all(n == "run_config.json" or os.path.getsize(os.path.join(out, n)) == 0 for n in names):
+        if os.path.isdir(out) and not _leftovers(out):
             shutil.rmtree(out)
             os.rmdir(os.path.dirname(out))  # out/<config> too, if nothing else is in it
     except OSError:

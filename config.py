@@ -269,6 +269,35 @@ PRESETS = {
 }
 
 
+# The tiny model's preset (--config small) holds settings a real --model cannot run with: its
+# rates, 20x a pretrained model's (at 2e-4 SmolLM2's Stage 2 garbled the constants in its
+# code, results/LOG.md), and its 256-token replies (the tiny model's take at most ~110).
+TINY_RATES = ("lr", "st_lr", "crl_lr")
+
+
+def fit_warnings(cfg, sections=None):
+    """Warnings, one line each, for settings that do not fit together (cli() prints them): so
+    far a --model on the tiny model's preset. Only settings the script reads (sections) and
+    the command left at the preset's value are named."""
+    if cfg["config"] != "small" or not cfg["model"]:
+        return []
+    preset = dict(DEFAULTS, **PRESETS["small"])
+    read = read_by(sections) if sections is not None else set(DEFAULTS)
+    left = [k for k in (*TINY_RATES, "max_new_tokens") if k in read and cfg[k] == preset[k]]
+    rates = [f"--{k}={cfg[k]:g}" for k in left if k in TINY_RATES]
+    named = []
+    if rates:
+        named.append(", ".join(rates) + " (the tiny model's rates; smol's are 1e-4, 1e-5, 1e-5)")
+    if "max_new_tokens" in left:
+        named.append(f"--max_new_tokens={cfg['max_new_tokens']} (a real model's replies of 400-2,200 tokens "
+                     "cannot finish)")
+    if not named:
+        return []
+    qwen = ", ".join(p for p in PRESETS if p.startswith("qwen"))
+    return [f"--config small is tuned for the tiny built-in model, not --model={cfg['model']}: {'; '.join(named)}. "
+            f"Start from --config smol or a qwen preset ({qwen}) with your --model instead"]
+
+
 def _convert(key, text, default):
     """Turn a command-line string into the type of `default`."""
     if isinstance(default, bool):
@@ -393,7 +422,10 @@ def cli(run, argv, prog, doc, sections, resumable=True):
         print(usage(doc, sections, _preset_in(argv)))
         return None
     try:
-        return run(parse(argv, sections=sections))
+        cfg = parse(argv, sections=sections)
+        for line in fit_warnings(cfg, sections) if os.environ.get("RANK", "0") == "0" else []:  # once under torchrun
+            print(f"{prog}: warning: {line}", file=sys.stderr)
+        return run(cfg)
     except (ValueError, FileNotFoundError) as e:  # taskset.TaskError is a ValueError
         sys.exit(f"{prog}: {e}")
     except KeyboardInterrupt:  # checkpoints and logs already on disk stay; workers are stopped
@@ -402,7 +434,10 @@ def cli(run, argv, prog, doc, sections, resumable=True):
 
 
 def save(cfg, path):
-    """Write the full config next to whatever it produced, so a run can be read and repeated."""
+    """Write the full config next to whatever it produced, so a run can be read and repeated.
+    Atomically: under torchrun other ranks read a stage's run_config.json while rank 0 writes
+    it (common.check_resumable)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
+    with open(path + ".tmp", "w") as f:
         json.dump(cfg, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)

@@ -186,7 +186,9 @@ def run_earlier_stages(cfg, rank=0):
     (under torchrun on every rank, as their own scripts would)."""
     for name, module in (("Stage 1", sft), ("Stage 2", selftrain)):
         stage = module.__name__
-        if not common.is_done(common.stage_dir(cfg, stage)):
+        if common.is_done(common.stage_dir(cfg, stage)):  # skipped: it must be this command's model
+            common.check_resumable(cfg, common.stage_dir(cfg, stage), starts_from=True)
+        else:
             if rank == 0:
                 print(f"crl: no finished {name} checkpoint in {common.stage_dir(cfg, stage)}: "
                       f"running {name} ({stage}.py) first")
@@ -196,6 +198,9 @@ def run_earlier_stages(cfg, rank=0):
 
 def run(cfg):
     rank, world, cfg = common.dist_setup(cfg)
+    stage = "crl" if cfg["exemplars"] == "bucket" else f"crl-{cfg['exemplars']}"
+    # a Stage 3 folder of another model or start is refused now, not after Stages 1 and 2 ran
+    common.check_resumable(cfg, common.stage_dir(cfg, stage))
     if cfg["init_from"]:
         policy.preflight(cfg, [cfg["init_from"]])
     else:  # the earlier stages may run first: their teachers and model are checked now, not in an hour
@@ -206,8 +211,7 @@ def run(cfg):
     # `temperature`, as when run on their own.)
     cfg = dict(cfg, temperature=cfg["crl_temperature"])
     # a Stage 3 checkpoint is never marked finished: more steps can always follow
-    out, _ = common.start_stage(cfg, "crl" if cfg["exemplars"] == "bucket" else f"crl-{cfg['exemplars']}",
-                                write_config=rank == 0)
+    out, _ = common.start_stage(cfg, stage, write_config=rank == 0)
     if common.has_checkpoint(out):
         model, tok, state = policy.load_checkpoint(out, cfg)
         if state["step"] >= cfg["crl_steps"]:

@@ -99,6 +99,8 @@ def run(cfg):
         if rank == 0:
             print(f"selftrain: resuming after round {state['extra']['round']}")
     elif common.has_checkpoint(start_from):
+        if not cfg["init_from"]:  # Stage 1's folder stands in for --init_from: it must be this command's model
+            common.check_resumable(cfg, start_from, starts_from=True)
         model, tok, _ = policy.load_checkpoint(start_from, cfg)
         state = dict(extra=dict(round=0, rates=[]))
     else:
