@@ -439,7 +439,7 @@ def report(cfg, out, db, tasks, start_from):
           "prompts as tasks; - where a task\n  drew none); Stage 3 best: the fastest sample it drew.")
     if set_aside:
         print(f"  set aside (output never changes with the input; not in the numbers): {', '.join(set_aside)}")
-    for line in verdict_lines(log, pass_len, {t: sum(m) / len(m) for (t, _), m in zip(cols, means) if m}):
+    for line in verdict_lines(log, pass_len, {t: sum(m) / len(m) for (t, _), m in zip(cols, means) if m}, dict(cols)):
         print("  " + line)
     found = [r for r in exemplars.discoveries(db.rows, exemplars.earlier_sources(
         [os.path.join(common.stage_dir(cfg, "sft"), "data.jsonl"),
@@ -464,9 +464,10 @@ def report(cfg, out, db, tasks, start_from):
           f"    python evaluate.py --config {cfg['config']}{extra} --samples 4 --checkpoint {','.join(cks)}")
 
 
-def verdict_lines(log, pass_len, means):
-    """means: {column title: mean over tasks}. One line on whether Stage 3 helped (its last
-    pass against its first), and a warning
+def verdict_lines(log, pass_len, means, per_task=None):
+    """means: {column title: mean over tasks}; per_task: {column title: {task: value}}. One
+    line on whether Stage 3 helped (its last pass against its first), the tasks whose sampled
+    speedup fell by half or more between those passes, and a warning
     when its learning has stopped: in the last pass every group's samples got equal rewards
     (the update had nothing to follow), or the policy no longer moved."""
     lines = []
@@ -474,6 +475,10 @@ def verdict_lines(log, pass_len, means):
         first, last = means["Stage 3 pass 1"], means["Stage 3 last pass"]
         word = "rose" if last > first * 1.02 else "fell" if last < first * 0.98 else "stayed level"
         lines.append(f"Stage 3's mean sampled speedup {word}: {first:.2f} in its first pass, {last:.2f} in its last")
+        a, b = (per_task or {}).get("Stage 3 pass 1") or {}, (per_task or {}).get("Stage 3 last pass") or {}
+        fell = [f"{t} {a[t]:.2f} -> {b[t]:.2f}" for t in a if a[t] and b.get(t) is not None and b[t] <= 0.5 * a[t]]
+        if fell:
+            lines.append(f"fell by half or more from the first pass to the last: {', '.join(fell)}")
     tail = log[-pass_len:]
     groups, skipped = sum(r.get("groups", 0) for r in tail), sum(r.get("skipped_groups", 0) for r in tail)
     if tail and groups and skipped == groups:

@@ -135,6 +135,22 @@ def print_build_errors(verdicts, most=20):
         print(f"  ... and {len(failed) - most} more")
 
 
+def print_rejections(verdicts, most=20):
+    """Under the table, why each candidate that built was refused, in the evaluator's own words
+    (the table says only status and reason; the message says which input, which bound, what
+    is missing). Failed builds have their compiler lines (print_build_errors)."""
+    failed = [v for v in verdicts if not v.ok and v.message and not (
+        v.status == "compile_error" and (v.log or v.reason in ("syntax_error", "link_error")))]
+    if not failed:
+        return
+    print("\nwhy (first line of each verdict's message; whole messages in the results file):")
+    for v in failed[:most]:
+        line = v.message.strip().splitlines()[0] if v.message.strip() else ""
+        print(f"  {v.task} {shown(v.solution)}: {v.status}/{v.reason}: {line if len(line) <= 200 else line[:199] + '…'}")
+    if len(failed) > most:
+        print(f"  ... and {len(failed) - most} more")
+
+
 def print_summary(s, title):
     fp = "  ".join(f"fast_{p}={s['fast_p'][p]:.2f}" for p in s["fast_p"])
     head = f"{title}: {s['ok']}/{s['n']} correct ({100 * s['success_rate']:.0f}%)"
@@ -153,6 +169,7 @@ def report(verdicts):
     input_distribution (accepted with --allow_distribution_shortcut) apart."""
     print_table(verdicts)
     print_build_errors(verdicts)
+    print_rejections(verdicts)
     main = [v for v in verdicts if not set(APART) & set(v.flags)]
     flagged = [v for v in verdicts if set(APART) & set(v.flags)]
     out = {"all": summarize(main)}

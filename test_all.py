@@ -3624,6 +3624,22 @@ def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline,
     assert state["extra"]["rates"] == list(rates) and state["extra"].get("reverted") == (2 if kept_trainings == 1 else None)
 
 
+def test_evaluate_prints_why_each_candidate_was_refused(capsys):
+    """The terminal says which bound, which input or what is missing, not only the reason key;
+    failed builds keep their compiler lines instead."""
+    V = kernels.Verdict
+    vs = [V("gelu", "a.py", "incorrect", "mismatch", "max relative error 3.70e+00 > tolerance 1.0e-04 (seed 0, input "
+            "set 0)\nmore"),
+          V("gelu", "b.py", "compile_error", "no_modelnew", "the solution defines no ModelNew"),
+          V("gelu", "c.py", "compile_error", "build_failed", "build failed", log="x.cu(3): error: bad"),
+          V("gelu", "d.py", "ok", "", "", speedup=1.5)]
+    evaluate.print_rejections(vs)
+    out = capsys.readouterr().out
+    assert "gelu a.py: incorrect/mismatch: max relative error 3.70e+00 > tolerance 1.0e-04 (seed 0, input set 0)\n" in out
+    assert "gelu b.py: compile_error/no_modelnew: the solution defines no ModelNew" in out
+    assert "c.py" not in out and "d.py" not in out and "more" not in out
+
+
 def test_discoveries_are_new_and_faster_than_the_teacher():
     """A Stage 3 variant counts when its source (comments and spacing aside) is in no earlier
     stage's data and it beats the fastest Stage 1 variant of its task by 5%."""
@@ -3646,6 +3662,12 @@ def test_crl_results_block_says_when_learning_stopped():
     lines = crl.verdict_lines(log, 2, {"Stage 3 pass 1": 1.0, "Stage 3 last pass": 1.5})
     assert lines[0].startswith("Stage 3's mean sampled speedup rose") and lines[1].startswith("WARNING: learning has stopped")
     assert crl.verdict_lines([dict(step=1, groups=6, skipped_groups=0)], 1, {}) == []
+    per_task = {"Stage 3 pass 1": {"layernorm": 1.30, "gelu": 1.0, "mlp": None},
+                "Stage 3 last pass": {"layernorm": 0.0, "gelu": 0.9, "mlp": 0.5}}
+    lines = crl.verdict_lines([dict(step=1, groups=6, skipped_groups=0)], 1,
+                              {"Stage 3 pass 1": 1.15, "Stage 3 last pass": 0.45}, per_task)
+    assert lines == ["Stage 3's mean sampled speedup fell: 1.15 in its first pass, 0.45 in its last",
+                     "fell by half or more from the first pass to the last: layernorm 1.30 -> 0.00"]
 
 
 def _ctrl_c_reaches():
