@@ -2383,7 +2383,10 @@ def test_report_shows_why_builds_failed_and_whole_paths(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "  gelu r.jsonl:1: main.cpp:2:50: error: 'nope' was not declared in this scope\n" in out, out
     assert "  gelu r.jsonl:2: kernel.cu(1): error: problem 1\n      kernel.cu(2)" in out and "problem 4" not in out
-    assert "r.jsonl:3: syntax error at line 2" in out and "r.jsonl:4:" not in out and "ninja" not in out
+    builds, _, why = out.partition("\nwhy (")
+    assert "r.jsonl:3: syntax error at line 2" in builds and "r.jsonl:4:" not in builds and "ninja" not in out
+    # a candidate with no code has no compiler lines: its message prints under the build errors
+    assert "  gelu r.jsonl:4: compile_error/no_code: the solution has no code\n" in why and "r.jsonl:3" not in why
     assert " tasks/seeds/cpp/diag_matmul/fast.py " in out  # whole, not cut mid-word from the left
     assert ("timings kept waiting by a worker not yet at a pause point: run 3 s, kernelbench 1 s; "
             "longest: diag_matmul run 3.0 s, diag_matmul kernelbench 1.0 s") in out, out
