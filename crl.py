@@ -271,8 +271,7 @@ def run(cfg):
                     pending, judging = nxt, Judging(r, nxt) if nxt else None
                 if rank == 0:
                     common.append_jsonl(os.path.join(out, "log.jsonl"), [rec])
-                    print(" | ".join(f"{k} {v}" for k, v in rec.items() if k not in ("ranks", "tasks", "set_aside")),
-                          flush=True)
+                    print(step_line(rec), flush=True)
                 if step % cfg["crl_ckpt_every"] == 0 or step == cfg["crl_steps"]:
                     # every rank takes part (FSDP2 gathers the shards); rank 0 writes
                     policy.save_checkpoint(out, model, tok, opt, step, cfg, dict(seeded=True), write=rank == 0)
@@ -392,6 +391,17 @@ def learn(r, d, wait, t0):
                 tok_s=round(sum(e["gen_tok"] for e in every) / max(1e-9, d.gen_s)),
                 gen_s=round(d.gen_s, 1), eval_s=round(d.judged["seconds"], 1), update_s=round(update_s, 1),
                 wait_s=round(wait, 1), step_s=round(time.time() - t0, 1), stale=int(stale))
+
+
+def step_line(rec):
+    """A step's printed line: what a person watches (log.jsonl keeps every key). "signal" counts
+    the groups whose rewards differed, the only ones an update learns from."""
+    wait = f", wait {rec['wait_s']:.0f}" if rec["wait_s"] else ""
+    return (f"step {rec['step']} | success {rec['success_rate']:.2f} | speedup {rec['mean_speedup']:.2f} "
+            f"(max {rec['max_speedup']:.1f}) | signal {rec['groups'] - rec['skipped_groups']}/{rec['groups']} groups | "
+            f"kl {rec['kl']:.4f} | new {rec['new_variants']} (db {rec['db_size']}) | {rec['step_s']:.0f} s: sample "
+            f"{rec['gen_s']:.0f} ({rec['tok_s']} tok/s), judge {rec['eval_s']:.0f}, update {rec['update_s']:.0f}{wait}"
+            + (" | stale" if rec["stale"] else ""))
 
 
 def param_checksum(model):

@@ -3627,6 +3627,17 @@ def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline,
     assert state["extra"]["rates"] == list(rates) and state["extra"].get("reverted") == (2 if kept_trainings == 1 else None)
 
 
+def test_crl_step_line_is_short_and_says_when_no_group_carried_a_signal():
+    import crl
+    rec = dict(step=3, success_rate=0.875, mean_speedup=1.234, max_speedup=31.24, groups=6, skipped_groups=6,
+               kl=0.00123, new_variants=4, db_size=71, step_s=20.4, gen_s=10.4, tok_s=5613, eval_s=5.2, update_s=4.8,
+               wait_s=0.0, stale=0)
+    line = crl.step_line(rec)
+    assert line == ("step 3 | success 0.88 | speedup 1.23 (max 31.2) | signal 0/6 groups | kl 0.0012 | new 4 (db 71) "
+                    "| 20 s: sample 10 (5613 tok/s), judge 5, update 5")
+    assert crl.step_line(dict(rec, wait_s=3.0, stale=1)).endswith("update 5, wait 3 | stale")
+
+
 def test_evaluate_prints_why_each_candidate_was_refused(capsys):
     """The terminal says which bound, which input or what is missing, not only the reason key;
     failed builds keep their compiler lines instead."""
