@@ -27,8 +27,8 @@ SETTINGS = {
     "evaluator": ("the evaluator (the kernels package)", dict(
         backend=("auto", "auto | cuda | cpu: the device candidates run and are timed on (and, unless "
                          "--language says otherwise, the language they are written in: cuda, or cpp on a cpu)"),
-        language=("auto", "auto | cuda | cpp: the kernel language candidates are written in (prompt format, build "
-                          "API, seed folder, which solutions match); auto: the device's own"),
+        language=("auto", "auto | cuda | cpp | triton: the kernel language candidates are written in (prompt format, "
+                          "build API, seed folder, which solutions match); auto: the device's own"),
         gpus=("", "comma list of visible GPU indices for timing workers; \"\" = all"),
         workers=(0, "parallel compile workers; 0 = one per free CPU core"),
         checks_per_gpu=(4, "candidates loaded and checked at once on each GPU (timing always has it alone)"),
@@ -215,7 +215,7 @@ ABOVE_ZERO = ("compile_timeout", "run_timeout", "call_timeout", "call_timeout_fa
 STAGE1 = ("run", "evaluator", "model", "sft")
 STAGE2 = STAGE1 + ("selftrain",)
 STAGE3 = STAGE2 + ("crl", "exemplars")
-EVALUATE = ("run", "evaluator", "model", "evaluate", "exemplars")
+EVALUATE = ("evaluate", "run", "model", "exemplars", "evaluator")  # its own settings first in --help
 BENCH = ("run", "evaluator", "model", "crl", "bench")
 SCRIPTS = {"sft.py": STAGE1, "selftrain.py": STAGE2, "crl.py": STAGE3, "evaluate.py": EVALUATE, "bench.py": BENCH}
 

@@ -2,6 +2,7 @@
 rejection reasons.
 
     python evaluate.py --tasks builtin --solutions tasks/seeds/cpp
+    python evaluate.py --tasks tasks/gelu.py --solutions my_gelu.py     # one file against one task
     python evaluate.py --config small --checkpoint out/small/sft --samples 4   # model mode: k samples per task
     python evaluate.py --config small --samples 4                              # the untrained tiny model
     python evaluate.py --config small --samples 4 --checkpoint base,out/small/sft,out/small/selftrain,out/small/crl

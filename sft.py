@@ -8,9 +8,9 @@
     torchrun --nproc_per_node=2 sft.py --config qwen7b-fsdp --teachers file:teacher_samples.jsonl   # FSDP2
 
 Each teacher answers the Stage 1 prompt for every task, up to `attempts` times; the evaluator (kernels)
-keeps what compiles and is correct (speed is not measured); at most `keep` distinct
-variants per task per teacher become the dataset; the student is fine-tuned on them, loss
-on completion tokens only. Writes out/<config>/sft/: the checkpoint (Hugging Face format
+keeps what compiles and is correct (speed is not judged; with --sft_exemplars the kept ones
+are timed, for the prompts' exemplars); at most `keep` distinct variants per task per teacher
+become the dataset; the student is fine-tuned on them, loss on completion tokens only. Writes out/<config>/sft/: the checkpoint (Hugging Face format
 plus train_state.pt), data.jsonl (the dataset), candidates.jsonl (every candidate judged),
 log.jsonl (one line per step), run_config.json. Killed? Run the same command again: the
 dataset is reused and training resumes from the last checkpoint. Under torchrun, rank 0
