@@ -205,23 +205,16 @@ def print_report(result):
 # Discovery, measured: Stage 3's new variants judged again beside the teacher's best
 
 
-def teacher_best(rows, task):
-    """The fastest correct Stage 1 variant (origin sft) of a task in a database."""
-    ok = [r for r in rows if r["task"] == task and r.get("origin") == "sft" and r.get("status") == "ok"]
-    return max(ok, key=lambda r: r["speedup"]) if ok else None
-
-
 def run_candidates(cfg, root, set_aside):
-    """A run's discoveries (exemplars.discoveries over its crl/db.jsonl), each with `teacher`,
-    the row of the fastest Stage 1 variant of its task; set-aside tasks left out."""
+    """A run's discoveries (exemplars.discoveries over its crl/db.jsonl: each with `teacher`,
+    the row of the fastest Stage 1 variant of its task); set-aside tasks left out."""
     path = run_file(cfg, root, "crl", "db.jsonl")
     if not os.path.isfile(path):
         return []
     rows = common.read_jsonl(path, torn_tail=True)
     earlier = exemplars.earlier_sources([run_file(cfg, root, "sft", "data.jsonl"),
                                          run_file(cfg, root, "selftrain", "successes.jsonl")], rows)
-    return [dict(r, run=root, teacher=teacher_best(rows, r["task"])) for r in exemplars.discoveries(rows, earlier)
-            if r["task"] not in set_aside]
+    return [dict(r, run=root) for r in exemplars.discoveries(rows, earlier) if r["task"] not in set_aside]
 
 
 def confirm(cands, judge, margin=0.05):
@@ -331,7 +324,7 @@ def print_discovery(d):
 
 def command(cfg):
     """The evaluate.py command that repeats this run: the settings that differ from the preset."""
-    preset = dict(config.DEFAULTS, **config.PRESETS.get(cfg["config"], {}))
+    preset = config.preset_values(cfg["config"])
     keys = sorted(config.read_by(config.EVALUATE))
     extra = [f"--{k}={str(cfg[k]).lower() if isinstance(cfg[k], bool) else cfg[k]}" for k in keys
              if k in cfg and cfg[k] != preset[k]]

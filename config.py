@@ -275,19 +275,25 @@ PRESETS = {
 TINY_RATES = ("lr", "st_lr", "crl_lr")
 
 
+def preset_values(name):
+    """Every setting's value under preset `name` (the defaults where it sets none, or where
+    there is no such preset)."""
+    return dict(DEFAULTS, **PRESETS.get(name, {}))
+
+
 def fit_warnings(cfg, sections=None):
     """Warnings, one line each, for settings that do not fit together (cli() prints them): so
     far a --model on the tiny model's preset. Only settings the script reads (sections) and
     the command left at the preset's value are named."""
     if cfg["config"] != "small" or not cfg["model"]:
         return []
-    preset = dict(DEFAULTS, **PRESETS["small"])
+    preset, smol = preset_values("small"), preset_values("smol")
     read = read_by(sections) if sections is not None else set(DEFAULTS)
     left = [k for k in (*TINY_RATES, "max_new_tokens") if k in read and cfg[k] == preset[k]]
     rates = [f"--{k}={cfg[k]:g}" for k in left if k in TINY_RATES]
     named = []
     if rates:
-        named.append(", ".join(rates) + " (the tiny model's rates; smol's are 1e-4, 1e-5, 1e-5)")
+        named.append(", ".join(rates) + f" (the tiny model's rates; smol's are {', '.join(f'{smol[k]:.0e}'.replace('e-0', 'e-') for k in TINY_RATES)})")
     if "max_new_tokens" in left:
         named.append(f"--max_new_tokens={cfg['max_new_tokens']} (a real model's replies of 400-2,200 tokens "
                      "cannot finish)")
@@ -387,7 +393,7 @@ DEFAULTS["config"] = "default"
 def usage(doc, sections, preset=None):
     """A script's --help: its docstring, then the settings it reads with their values (the
     defaults, or with --config NAME before --help, that preset's values, marked)."""
-    values = dict(DEFAULTS, **PRESETS.get(preset, {}))
+    values = preset_values(preset)
     lines = [doc.strip(), "", f"Settings: --key=value (or --key value; a bare --flag for true). "
              f"--config NAME starts from a preset: {', '.join(PRESETS)}."]
     if preset in PRESETS:

@@ -463,7 +463,7 @@ def report(cfg, out, db, tasks, start_from):
     stages = [d for d in (common.stage_dir(cfg, s) for s in ("sft", "selftrain")) if common.has_checkpoint(d)]
     cks = list(dict.fromkeys(["base", *stages, start_from, out]))
     # what evaluate.py needs to rebuild the same tasks and the same base model
-    preset = dict(config.DEFAULTS, **config.PRESETS.get(cfg["config"], {}))
+    preset = config.preset_values(cfg["config"])
     extra = "".join(f" --{k}={cfg[k]}" for k in ("tasks", "only", "model", "tiny_dim", "tiny_layers", "tiny_heads",
                                                   "tiny_vocab", "max_new_tokens") if cfg[k] != preset[k])
     print(f"\n  files: {out}/log.jsonl (a line per step), {out}/curves.png"

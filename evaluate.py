@@ -110,6 +110,15 @@ _NOT_THE_ERROR = re.compile(r"Error building extension|ninja: build stopped|^\d+
                             r"^\[\.\.\.\]$")
 
 
+def _clip(line, n=200):
+    return line if len(line) <= n else line[:n - 1] + "…"
+
+
+def has_build_lines(v):
+    """A failed build whose log (or syntax/link message) print_build_errors shows."""
+    return v.status == "compile_error" and bool(v.log or v.reason in ("syntax_error", "link_error"))
+
+
 def error_lines(v, n=3):
     """A failed build's first n compiler error lines, with the build folder's path cut from
     file names (it is long and the same for all); a log with no error line gives its first
@@ -117,13 +126,12 @@ def error_lines(v, n=3):
     lines = [l.strip() for l in v.log.splitlines() if l.strip() and not _NOT_THE_ERROR.search(l.strip())]
     errs = [l for l in lines if re.search(r"\berror\b|undefined (reference|symbol)", l, re.I)] or lines
     errs = [re.sub(r"\S*/([^/\s]+(:\d+|\(\d+\)))", r"\1", l) for l in errs] or [v.message]
-    return [l if len(l) <= 200 else l[:199] + "…" for l in dict.fromkeys(errs)][:n]
+    return [_clip(l) for l in dict.fromkeys(errs)][:n]
 
 
 def print_build_errors(verdicts, most=20):
     """Under the table, why each build failed: the table says only compile_error."""
-    failed = [v for v in verdicts
-              if v.status == "compile_error" and (v.log or v.reason in ("syntax_error", "link_error"))]
+    failed = [v for v in verdicts if has_build_lines(v)]
     if not failed:
         return
     print("\ncompile errors (first lines; whole logs under 'log' in the results file):")
@@ -140,14 +148,12 @@ def print_rejections(verdicts, most=20):
     """Under the table, why each candidate that built was refused, in the evaluator's own words
     (the table says only status and reason; the message says which input, which bound, what
     is missing). Failed builds have their compiler lines (print_build_errors)."""
-    failed = [v for v in verdicts if not v.ok and v.message and not (
-        v.status == "compile_error" and (v.log or v.reason in ("syntax_error", "link_error")))]
+    failed = [v for v in verdicts if not v.ok and v.message and not has_build_lines(v)]
     if not failed:
         return
     print("\nwhy (first line of each verdict's message; whole messages in the results file):")
     for v in failed[:most]:
-        line = v.message.strip().splitlines()[0] if v.message.strip() else ""
-        print(f"  {v.task} {shown(v.solution)}: {v.status}/{v.reason}: {line if len(line) <= 200 else line[:199] + '…'}")
+        print(f"  {v.task} {shown(v.solution)}: {v.status}/{v.reason}: {_clip((v.message.strip().splitlines() or [''])[0])}")
     if len(failed) > most:
         print(f"  ... and {len(failed) - most} more")
 

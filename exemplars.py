@@ -99,14 +99,16 @@ def discoveries(rows, earlier, margin=0.05):
     """rows: database rows (db.jsonl); earlier: {task: set of normalized() sources} of every
     earlier stage's data. -> the correct Stage 3 variants (origin crl) whose normalised source
     is new and whose speedup beats the fastest Stage 1 variant of their task (origin sft) by at
-    least `margin`, fastest first. Each row gains `teacher_best`."""
+    least `margin`, fastest first. Each row gains `teacher` (that Stage 1 row) and
+    `teacher_best` (its speedup)."""
     best = {}
     for r in rows:
-        if r.get("origin") == "sft" and r.get("status") == "ok":
-            best[r["task"]] = max(best.get(r["task"], 0.0), r["speedup"])
-    found = [dict(r, teacher_best=best[r["task"]]) for r in rows
+        if r.get("origin") == "sft" and r.get("status") == "ok" and (
+                r["task"] not in best or r["speedup"] > best[r["task"]]["speedup"]):
+            best[r["task"]] = r
+    found = [dict(r, teacher=best[r["task"]], teacher_best=best[r["task"]]["speedup"]) for r in rows
              if r.get("origin") == "crl" and r.get("status") == "ok" and r["task"] in best
-             and r["speedup"] >= (1 + margin) * best[r["task"]]
+             and r["speedup"] >= (1 + margin) * best[r["task"]]["speedup"]
              and normalized(r.get("code")) not in earlier.get(r["task"], ())]
     return sorted(found, key=lambda r: -r["speedup"])
 

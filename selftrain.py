@@ -74,10 +74,11 @@ def get_weights(model):
     """The model's full weights on the host (gathered from every rank under FSDP2)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    # a copy: for a model already on the host the offload returns the live weights themselves,
-    # which the next training would change under us
-    live = {t.data_ptr() for t in model.state_dict().values()}
-    return {k: v.detach().clone() if v.data_ptr() in live else v for k, v in full.items()}
+    if any(p.device.type == "cpu" for p in model.parameters()):
+        # for weights already on the host the offload returns them, not a copy: the next
+        # training would change them under us
+        full = {k: v.detach().clone() for k, v in full.items()}
+    return full
 
 
 def set_weights(model, weights):

@@ -12,6 +12,7 @@ import os
 
 import torch
 
+
 def hub_name(path):
     """True for what from_pretrained looks up in the hub cache ("owner/name"), not on disk."""
     return not path.startswith((".", "/", "~")) and path.count("/") <= 1 and not os.path.exists(path)
@@ -51,9 +52,8 @@ def resolve(path):
     if path.endswith(".gguf") and os.path.isfile(os.path.expanduser(path)):
         return gguf_folder(os.path.expanduser(path))
     if hub_name(path) and path in PACKAGED and not _in_hub_cache(path):
-        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
         local = packaged_gguf(path)
-        if local and (offline or not _hub_reachable()):
+        if local and _no_hub():
             return gguf_folder(local)
     return path
 
@@ -96,7 +96,8 @@ def gguf_folder(path):
 
 @contextlib.contextmanager
 def _quiet_transformers():
-    """The GGUF loader's per-tensor progress bar and its warnings are noise in a run's log."""
+    """The GGUF loader's warnings are noise in a run's log. (Its per-tensor progress bar is
+    plain tqdm, which this does not reach.)"""
     from transformers.utils import logging as hf_logging
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
@@ -127,11 +128,16 @@ def check_model_path(path):
         return
     if _in_hub_cache(path) or packaged_gguf(path):
         return
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    if offline or not _hub_reachable():
+    if _no_hub():
         raise FileNotFoundError(
             f"{path}: not a local folder and not in the Hugging Face cache, and the hub cannot be reached "
             f"from here; download it where there is a network (huggingface-cli download {path}) or give a local folder")
+
+
+def _no_hub():
+    """True where the hub may not be used: HF_HUB_OFFLINE set, or no connection to it."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    return offline or not _hub_reachable()
 
 
 def _hub_reachable(seconds=3.0):
