@@ -131,6 +131,8 @@ SETTINGS = {
         st_lr=(2e-4, "learning rate"),
         st_check_last=(False, "after the last round, sample and judge once more: the last round's training is "
                               "kept only if the success rate did not fall"),
+        st_keep=("success", "what a round's training must not lower to be kept: success (the success rate) or "
+                            "speedup (the success rate and the mean speedup, failures as 0: successes are timed)"),
     )),
     "crl": ("Stage 3 (crl.py)", dict(
         crl_steps=(20, "RL steps"),
@@ -201,7 +203,7 @@ def pick_language(language, device):
 
 CHOICES = dict(backend=("auto", "cuda", "cpu"), language=("auto",) + tuple(LANGUAGES), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
                grad_ckpt=("auto", "on", "off"), sampler=("auto", "compile", "hf"), top_p_draw=("sort", "reject"),
-               decode_attention=("auto", "sdpa"), exemplars=("bucket", "random"),
+               decode_attention=("auto", "sdpa"), exemplars=("bucket", "random"), st_keep=("success", "speedup"),
                baseline=("eager", "compile"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy", "step"))
 AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_runs", "tiny_dim", "tiny_layers",
                 "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",

@@ -11,7 +11,9 @@ hash) and fine-tunes on exactly the sampled tokens: REINFORCE with reward 1 for 
 0 otherwise and no baseline, which is fine-tuning on the successes. Stops after
 `st_rounds` rounds, or earlier once the success rate stops rising; when a round's samples are
 less often correct than the round before's, the model before that training is the checkpoint
-(`--st_check_last`: one more round, sampled and judged only, checks the last training too). Writes
+(`--st_check_last`: one more round, sampled and judged only, checks the last training too;
+`--st_keep speedup`: successes are timed, and a fall in the mean speedup, failures as 0,
+undoes the training too). Writes
 out/<config>/selftrain/: the checkpoint after each round, successes.jsonl (every success,
 for Stage 3's database), candidates.jsonl, log.jsonl, samples/round_<r>.jsonl.
 Killed? Run the same command again: it resumes at the round in flight.
@@ -31,7 +33,8 @@ import taskset
 
 def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1):
     """Sample (smp: a sampler.Sampler of the model in training) and judge one round
-    -> (successes, success rate). Under torchrun each rank samples and judges every
+    -> (successes, success rate, mean speedup: failures as 0, over the tasks not set aside;
+    0 unless the evaluator times). Under torchrun each rank samples and judges every
     world-th task (common.sharded); every rank gets all rows and successes back."""
     t0 = time.time()
     t1 = [t0]
@@ -48,7 +51,8 @@ def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1):
         for (task, s, msg), (p, v) in zip(flat, judged):
             rows, succ = per_task[task.name]
             rows.append(dict(stage="selftrain", round=rnd, task=task.name, status=v.status, reason=v.reason,
-                             source_hash=v.source_hash, message=v.message, finished=s.finished, text=s.text))
+                             source_hash=v.source_hash, message=v.message, finished=s.finished,
+                             speedup=v.speedup, flags=v.flags, text=s.text))
             if v.ok and (task.name, v.source_hash) not in seen:
                 seen.add((task.name, v.source_hash))
                 succ.append(dict(task=task.name, task_code=task.code, source_hash=v.source_hash, round=rnd,
@@ -60,14 +64,39 @@ def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1):
     t1 = t1[0]
     ok = sum(r["status"] == "ok" for r in rows)
     rate = ok / max(1, len(rows))
+    speed = mean_speedup(rows)
     if rank == 0:
         os.makedirs(os.path.join(out, "samples"), exist_ok=True)
         common.write_jsonl(os.path.join(out, "samples", f"round_{rnd}.jsonl"), rows)
         common.append_jsonl(os.path.join(out, "candidates.jsonl"),
                             [{k: v for k, v in r.items() if k != "text"} for r in rows])
-        print(f"selftrain round {rnd}: {ok}/{len(rows)} correct ({100 * rate:.0f}%), "
+        timed = f", mean speedup {speed:.3f}" if ev.cfg["time_candidates"] else ""
+        print(f"selftrain round {rnd}: {ok}/{len(rows)} correct ({100 * rate:.0f}%){timed}, "
               f"{len(succ)} distinct | sampling {t1 - t0:.0f} s, judging {time.time() - t1:.0f} s")
-    return succ, rate
+    return succ, rate, speed
+
+
+def mean_speedup(rows):
+    """Judged sample rows -> the mean over tasks of each task's mean speedup (failures as 0),
+    leaving out tasks whose output never changes with the input (as crl.py and evaluate.py do)."""
+    aside = {r["task"] for r in rows if "input_independent" in (r.get("flags") or ())}
+    by_task = {}
+    for r in rows:
+        if r["task"] not in aside:
+            by_task.setdefault(r["task"], []).append(r.get("speedup") or 0.0)
+    return sum(sum(xs) / len(xs) for xs in by_task.values()) / max(1, len(by_task))
+
+
+def worse(rates, speeds, keep):
+    """Did the last round's samples come out worse than the round before's? -> the reason, or ""
+    (keep: "success" compares success rates; "speedup" mean speedups too)."""
+    if len(rates) < 2:
+        return ""
+    if rates[-1] < rates[-2]:
+        return f"success rate fell to {100 * rates[-1]:.0f}% from {100 * rates[-2]:.0f}%"
+    if keep == "speedup" and len(speeds) >= 2 and speeds[-1] < speeds[-2]:
+        return f"mean speedup fell to {speeds[-1]:.3f} from {speeds[-2]:.3f}"
+    return ""
 
 
 def get_weights(model):
@@ -113,34 +142,35 @@ def run(cfg):
     model = policy.prepare(model, cfg, world)  # FSDP2 shards under torchrun with --fsdp
     smp = sampler.Sampler(policy.unwrap(model), cfg)
     kept = None  # the weights before the last round's training (on the host), while they may be needed
-    with kernels.Evaluator(cfg, time_candidates=False, progress=cfg["progress"] and rank == 0) as ev:
+    timed = cfg["st_keep"] == "speedup"  # the paper's Stage 2 judges correctness only
+    with kernels.Evaluator(cfg, time_candidates=timed, progress=cfg["progress"] and rank == 0) as ev:
         rounds = cfg["st_rounds"] + (1 if cfg["st_check_last"] else 0)  # the check: sampled, not trained on
         while extra["round"] < rounds:
             rnd = extra["round"] + 1
-            succ, rate = sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank, world)
+            succ, rate, speed = sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank, world)
             if rank == 0:
                 common.append_jsonl(os.path.join(out, "successes.jsonl"),
                                     [{k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")}
                                      for s in succ])
-            rates = extra["rates"] + [rate]
-            if len(rates) > 1 and rate < rates[-2] and kept is not None:
+            rates, speeds = extra["rates"] + [rate], extra.get("speeds", []) + [speed]
+            why = worse(rates, speeds, cfg["st_keep"])
+            if why and kept is not None:
                 # The last round's training made the model worse: its samples are the measure.
                 # Keep the model that round trained, not this one (on a real model an
                 # unlucky round garbled constants and the stage handed Stage 3 a wreck).
                 set_weights(model, kept)
                 if rank == 0:
-                    print(f"selftrain: success rate fell to {100 * rate:.0f}% from {100 * rates[-2]:.0f}%; "
-                          f"keeping the model before round {rnd - 1}'s training and stopping")
-                extra = dict(extra, rates=rates, round=rnd, stopped=True, reverted=rnd - 1)
+                    print(f"selftrain: {why}; keeping the model before round {rnd - 1}'s training and stopping")
+                extra = dict(extra, rates=rates, speeds=speeds, round=rnd, stopped=True, reverted=rnd - 1)
                 break
             if len(rates) > 1 and rate <= rates[-2]:  # the success rate stopped rising: stop here
                 if rank == 0:
                     print(f"selftrain: success rate {100 * rate:.0f}% did not rise over {100 * rates[-2]:.0f}%; "
                           f"stopping")
-                extra = dict(extra, rates=rates, round=rnd, stopped=True)
+                extra = dict(extra, rates=rates, speeds=speeds, round=rnd, stopped=True)
                 break
             if rnd > cfg["st_rounds"]:  # the check round: the last training held
-                extra = dict(extra, rates=rates, round=rnd)
+                extra = dict(extra, rates=rates, speeds=speeds, round=rnd)
                 break
             if rnd < rounds:  # the next round measures what this one trains: keep a way back
                 kept = get_weights(model)
@@ -150,12 +180,13 @@ def run(cfg):
                                       cfg["st_lr"], tag=f"selftrain r{rnd}", rank=rank, world=world)
             else:
                 opt = None
-            extra = dict(extra, rates=rates, round=rnd)
+            extra = dict(extra, rates=rates, speeds=speeds, round=rnd)
             policy.save_checkpoint(out, model, tok, opt, 0, cfg, extra, write=rank == 0)
     policy.save_checkpoint(out, model, tok, None, 0, cfg, dict(extra, done=True), write=rank == 0)
     common.barrier(world)  # the checkpoint is on disk before any rank goes on
     if rank == 0:
-        print(f"selftrain: success rate by round {[round(r, 2) for r in extra['rates']]}; checkpoint in {out} "
+        speeds = f", mean speedup by round {[round(x, 3) for x in extra['speeds']]}" if timed else ""
+        print(f"selftrain: success rate by round {[round(r, 2) for r in extra['rates']]}{speeds}; checkpoint in {out} "
               f"({time.time() - t0:.0f} s)")
     return out
 

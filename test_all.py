@@ -3598,20 +3598,23 @@ def test_later_stages_start_from_a_given_checkpoint(pipeline, tmp_path):
     assert [r["step"] for r in log] == [1] and common.has_checkpoint(os.path.join(tmp_path, "small", "crl"))
 
 
-@pytest.mark.parametrize("rates,kept_trainings", [((0.5, 0.8, 0.4), 1), ((0.5, 0.8, 0.9), 2)])
+@pytest.mark.parametrize("rates,speeds,st_keep,kept_trainings", [
+    ((0.5, 0.8, 0.4), (1.0, 2.0, 3.0), "success", 1), ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "success", 2),
+    ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "speedup", 1), ((0.5, 0.8, 0.9), (1.0, 2.0, 2.5), "speedup", 2)])
 def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline, tmp_path, monkeypatch, rates,
-                                                                       kept_trainings):
+                                                                       speeds, st_keep, kept_trainings):
     """Two rounds and the check round (--st_check_last). Rates 50%, 80%, then 40%: round 2's
     training made the samples worse, so the checkpoint is the model round 1 trained, not the
-    last one. With 90% in the check round both trainings stay. (Each fake training adds 1 to
-    one weight, so the checkpoint tells how many trainings it holds.)"""
+    last one. With 90% in the check round both trainings stay, unless --st_keep speedup and the
+    check round's mean speedup fell. (Each fake training adds 1 to one weight, so the checkpoint
+    tells how many trainings it holds.)"""
     import selftrain
     out, argv, _ = pipeline
     keep = [a for a in argv if not a.startswith(("--out=", "--st_rounds="))]
     cfg = config.parse([*keep, f"--out={tmp_path}", f"--init_from={out}/small/sft", "--st_rounds=2",
-                        "--st_check_last", "--progress=false"])
-    it = iter(rates)
-    monkeypatch.setattr(selftrain, "sample_round", lambda *a, **k: ([dict(task="gelu")], next(it)))
+                        "--st_check_last", "--progress=false", f"--st_keep={st_keep}"])
+    it = iter(zip(rates, speeds))
+    monkeypatch.setattr(selftrain, "sample_round", lambda *a, **k: ([dict(task="gelu")], *next(it)))
 
     def fake_finetune(cfg, succ, out, model, tok, state, epochs, lr, **kw):
         with torch.no_grad():
@@ -3625,6 +3628,17 @@ def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline,
     assert torch.allclose(diff, torch.full_like(diff, float(kept_trainings))), (diff.min(), diff.max())
     state = torch.load(os.path.join(folder, "train_state.pt"), weights_only=False)
     assert state["extra"]["rates"] == list(rates) and state["extra"].get("reverted") == (2 if kept_trainings == 1 else None)
+    assert state["extra"]["speeds"] == list(speeds)
+
+
+def test_selftrain_mean_speedup_counts_failures_as_zero_and_leaves_constant_tasks_out():
+    import selftrain
+    rows = [dict(task="a", speedup=2.0, flags=[]), dict(task="a", speedup=0.0, flags=[]),
+            dict(task="b", speedup=3.0, flags=[]), dict(task="c", speedup=50.0, flags=["input_independent"])]
+    assert selftrain.mean_speedup(rows) == pytest.approx((1.0 + 3.0) / 2)
+    assert selftrain.worse([0.5, 0.5], [2.0, 1.0], "success") == ""
+    assert "mean speedup fell" in selftrain.worse([0.5, 0.5], [2.0, 1.0], "speedup")
+    assert "success rate fell" in selftrain.worse([0.5, 0.4], [1.0, 2.0], "speedup")
 
 
 def test_crl_step_line_is_short_and_says_when_no_group_carried_a_signal():
