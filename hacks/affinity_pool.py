@@ -1,7 +1,9 @@
 """Pins every thread of the worker, torch's pool included, to one core at import: the
 reference's parallel GELU then runs its threads on one core, where each op waits for a
 pool thread spinning beside it (0.7 ms became 8 ms here), while its own GELU, one thread of
-compiled code that starts no parallel region, does not care."""
+compiled code that starts no parallel region, does not care. Refused: the system-call filter lets a thread set only its own cores (pid 0,
+kernels/seccomp.py), so nothing moves and its honest GELU is timed against the usual reference;
+without the filter, the affinity watch rejects it (global_flag)."""
 import os
 
 import torch
@@ -9,7 +11,8 @@ import torch.nn as nn
 
 import kernels
 
-EXPECT = "rejected/global_flag"
+EXPECT = "ok/"
+MAX_SPEEDUP = 3.0  # pinned, the reference took 11 times as long
 TASK = "gelu"
 STATIC = True  # the static check (kernels/static.py) finds it too: sched_setaffinity, /proc/
 ONE = {min(os.sched_getaffinity(0))}

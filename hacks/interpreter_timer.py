@@ -1,13 +1,14 @@
 """An interval timer whose SIGALRM handler busy-waits when the interrupted frame belongs to the
-reference: a slowdown with no patched function and no thread. Rejected: signal handlers and
-interval timers are checked after each phase."""
+reference: a slowdown with no patched function and no thread. Rejected: the system-call filter
+refuses the handler and the timer (kernels/seccomp.py); where it is not installed, signal
+handlers and interval timers are checked after each phase."""
 import signal
 import time
 
 import torch
 import torch.nn as nn
 
-EXPECT = "rejected/interpreter_hook"
+EXPECT = "rejected/system_call|interpreter_hook"
 TASK = "gelu"
 STATIC = True  # the static check (kernels/static.py) finds it too
 

@@ -166,10 +166,24 @@ def _libc():
         return None
 
 
+# The harness's own malloc settings, as it set them last (mallopt): glibc has no way to read
+# them back, and a candidate can change them through any alias (__libc_mallopt) or by writing
+# glibc's memory, so they are written again after every candidate call and before every
+# reference call (guards.quiet): a threshold or fill a candidate set applies to its own calls only.
+MALLOC = {}
+
+
 def mallopt(param, value):
     """glibc's malloc settings (the host allocator torch's CPU tensors come from) -> whether
     it took; False where the C library is not glibc."""
+    MALLOC[param] = value
     return bool(getattr(_libc(), "mallopt", None) and _libc().mallopt(param, value))
+
+
+def malloc_again():
+    """The harness's malloc settings written again (MALLOC)."""
+    for param, value in MALLOC.items():
+        _libc().mallopt(param, value)
 
 
 M_PERTURB, M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -6, -1, -3

@@ -14,7 +14,9 @@ import warnings
 
 import torch
 
+from . import seccomp
 from .builds import KERNEL_CALLS
+from .correctness import malloc_again
 
 
 def flag_table():
@@ -44,7 +46,29 @@ def flag_table():
         dispatch_modes=(torch._C._len_torch_dispatch_stack, None),
         profiler=(torch._C._autograd._profiler_enabled, None),
         # the worker's own threads (torch's pool) pinned to fewer cores: its parallel ops slow down
-        threads_moved=(_threads_moved, None))
+        threads_moved=(_threads_moved, None),
+        # OpenMP's max-active-levels (this thread's): 0 makes every parallel region of torch's
+        # CPU ops serial, and a candidate's -fopenmp library shares torch's runtime
+        **({"omp_levels": (omp.omp_get_max_active_levels, omp.omp_set_max_active_levels)} if (omp := _openmp()) else {}))
+
+
+def _openmp():
+    """The OpenMP runtime torch's CPU ops run on (libgomp, or Intel's or LLVM's), as loaded in
+    this process -> ctypes library, or None (none loaded: torch built without OpenMP)."""
+    import ctypes
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if re.search(r"/lib(gomp|iomp5|omp)[-.\w]*\.so", line)})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+            lib.omp_get_max_active_levels.restype = ctypes.c_int
+            return lib
+        except (OSError, AttributeError):
+            continue
+    return None
 
 
 _GET_AFFINITY = os.sched_getaffinity
@@ -123,8 +147,9 @@ def write_flags(values):
 
 
 # Settings torch can set but not read back: oneDNN's and MKL's verbose modes, which print a
-# line for every primitive run (a convolution took 2.3x as long with oneDNN's on). Turned off
-# after each candidate call and before each reference call, so a candidate's apply to its own.
+# line for every primitive run (a convolution took 2.3x as long with oneDNN's on), and glibc's
+# malloc settings (correctness.MALLOC). Turned off (written again) after each candidate call and
+# before each reference call, so a candidate's apply to its own.
 _verbose = getattr(torch._C, "_verbose", None)
 _QUIET = [f for f in (getattr(_verbose, "mkldnn_set_verbose", None), getattr(_verbose, "mkl_set_verbose", None)) if f]
 
@@ -132,6 +157,7 @@ _QUIET = [f for f in (getattr(_verbose, "mkldnn_set_verbose", None), getattr(_ve
 def quiet():
     for f in _QUIET:
         f(0)
+    malloc_again()
 
 
 INHERITED = object()  # a class attribute found on a base class, not on the class itself
@@ -189,7 +215,36 @@ def interpreter_hooks():
     handlers = tuple(signal.getsignal(s) for s in sorted(signal.valid_signals())
                      if s not in (signal.SIGKILL, signal.SIGSTOP))
     return dict(trace=sys.gettrace(), profile=sys.getprofile(), thread_trace=getattr(threading, "_trace_hook", None),
-                thread_profile=getattr(threading, "_profile_hook", None), timers=timers, handlers=handlers)
+                thread_profile=getattr(threading, "_profile_hook", None), timers=timers, handlers=handlers,
+                kernel_handlers=kernel_handlers())
+
+
+def kernel_handlers():
+    """Each signal's handler as the kernel holds it (rt_sigaction, asking only): Python's view
+    (getsignal) misses one set by compiled code or a raw system call."""
+    import ctypes
+    out = []
+    for sig in range(1, 65):
+        if sig in seccomp.HANDLED:
+            # the filter lets these be handled (the compilers a build starts need them) and
+            # torch.compile sets some during an honest first call; none can be raised from
+            # inside the job but CHLD, and Python's view above still sees Python's handlers
+            out.append(None)
+            continue
+        act = (ctypes.c_ulong * 4)()  # handler, flags, restorer, mask: the kernel's struct
+        out.append(act[0] if _SYSCALL(_RT_SIGACTION, sig, None, act, 8) == 0 else None)
+    return tuple(out)
+
+
+def _raw_syscall():
+    import ctypes
+    import platform
+    f = ctypes.CDLL(None, use_errno=True).syscall
+    f.restype = ctypes.c_long
+    return f, {"x86_64": 13, "aarch64": 134}.get(platform.machine(), -1)
+
+
+_SYSCALL, _RT_SIGACTION = _raw_syscall()  # captured at import, like the flags
 
 
 def changed_hooks(before):

@@ -21,7 +21,7 @@ import warnings
 
 import torch
 
-from . import builds, checks, correctness, gate, guards, sandbox, static, timing, verdicts
+from . import builds, checks, correctness, gate, guards, sandbox, seccomp, static, timing, verdicts
 from .correctness import tensors
 from .verdicts import Reject, fresh_seed
 
@@ -49,6 +49,9 @@ def classify(exc, where):
         return Reject("runtime_error", "oom", f"out of memory in {where}")
     if isinstance(exc, OSError) and exc.errno == 27:  # EFBIG: the worker's log limit
         return Reject("runtime_error", "output_flood", f"candidate wrote over 256 MB of output in {where}")
+    if isinstance(exc, OSError) and exc.errno == 1:  # EPERM: the system-call filter (seccomp.py), or the box
+        return Reject("rejected", "system_call", f"the box refused a system call: {text.splitlines()[0][:200]} "
+                      f"(in {where}; EVAL.md, \"The system-call filter\")")
     if isinstance(exc, SystemExit):
         return Reject("runtime_error", "exit", f"candidate called sys.exit({exc.code}) in {where}")
     if re.search(r"CUDA error|cudaError|illegal memory access|device-side assert", text):
@@ -64,6 +67,16 @@ def _candidate_traceback(exc, filename, tail=0):
     frames = [f for i, f in enumerate(tb) if f.filename == filename or i >= len(tb) - tail]
     lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
     return "".join(lines)
+
+
+def seal(job):
+    """Right before a candidate's code first runs in this worker: the system-call filter
+    (seccomp.py), where the job is boxed. After it, whatever the worker runs (the harness
+    too) runs under it. A machine that refuses it was reported at start-up (sandbox.probe)."""
+    if job["cfg"].get("sandbox"):  # (a job made by hand, in a test's own process, is not boxed)
+        why = seccomp.install()
+        if why:
+            print(f"system-call filter: {why}", file=sys.stderr)
 
 
 def _import_code(code, modname, path):
@@ -409,6 +422,7 @@ class Harness:
         self.interp0 = guards.interpreter_hooks()
         self.dispatch0 = guards.dispatch_table()
         path = os.path.join(self.workdir, "candidate.py")
+        seal(self.job)  # last: the harness's own set-up above may do what the candidate may not
         try:
             with self.calling(setup=True), self.candidate_flags("import"):
                 self.sol = _import_code(self.job["code"], "kb_candidate_" + self.job["source_hash"], path)
@@ -660,6 +674,7 @@ def compile_job(job):
     torch's extension loader, construct it too (_construct_ahead). Only build failures at
     import are reported; anything else is left for the run phase to judge with a GPU."""
     path = os.path.join(job["workdir"], "candidate.py")
+    seal(job)  # its builds' compilers run under the filter too (they need nothing it refuses)
     try:
         ast.parse(job["code"])
         mod = _import_code(job["code"], "kb_candidate_" + job["source_hash"], path)

@@ -30,7 +30,7 @@ import time
 import torch
 
 from .guards import count_torch_extensions
-from .harness import _import_code, classify
+from .harness import _import_code, classify, seal
 from .verdicts import Reject
 
 SEED, TRIALS, WARMUP, TIMED = 42, 5, 3, 100
@@ -133,6 +133,7 @@ def _judge(job, spent):
             gate.pause_point()
             where = "the candidate's import"
             count_torch_extensions(around=gate.building, count=False)
+            seal(job)
             sol = _exec(job["code"]) if job.get("language") != "triton" else \
                 vars(_import_code(job["code"], "kernelbench_candidate", os.path.join(job["workdir"], "kernelbench_candidate.py")))
             gate.pause_point()

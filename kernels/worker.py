@@ -185,3 +185,4 @@ def _cpu_worker_setup(job):
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     correctness.mallopt(correctness.M_MMAP_THRESHOLD, 32 << 20)  # the largest value glibc accepts
     correctness.mallopt(correctness.M_TRIM_THRESHOLD, 1 << 30)
+    correctness.mallopt(correctness.M_PERTURB, 0)  # glibc's default, named so that it is written again (guards.quiet)
