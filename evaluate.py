@@ -34,6 +34,8 @@ import random
 import re
 import time
 
+import torch
+
 import ablation
 import common
 import config
@@ -295,6 +297,11 @@ def sample_pairs(cfg, tasks, language, checkpoint):
         print(f"exemplars from {cfg['exemplars_db']}: in the prompts of {sum(map(bool, shown))} of {len(tasks)} tasks")
     msgs = [prompts.task_prompt(t.code, language, ex) for t, ex in zip(tasks, shown)]
     t0 = time.time()
+    # The same draws for every checkpoint (common random numbers): two checkpoints with the
+    # same weights then sample the same code, and a difference between stages is the weights',
+    # not the luck of the draw (on the H200 two identical checkpoints sampled from where the
+    # generator had got to differed by 15% in mean speedup at k = 8).
+    torch.manual_seed(cfg["seed"])
     outs = policy.generate(model, tok, msgs, cfg, n=cfg["samples"], desc=f"sampling {checkpoint or 'base'}")
     print(f"{checkpoint or 'base model'}: sampled {cfg['samples']} x {len(tasks)} in {time.time() - t0:.0f} s")
     del model
@@ -335,15 +342,9 @@ def model_mode(cfg, tasks, ev, rank, world):
         samples += [s for p in parts for s in p["samples"]]
     if len(summary) > 1 and rank == 0:
         cks = list(summary)
-        short = [os.path.basename(ck.rstrip("/")) for ck in cks]
-        labels = short if len(set(short)) == len(short) else [ck[-14:] for ck in cks]
-        print("\nmean speedup per task (failures as 0)")
-        print(f"{'task':26s}" + "".join(f" {lb[-14:]:>14s}" for lb in labels))
-        for t in tasks:
-            row = [[v.speedup if v.ok else 0.0 for v in verdicts
-                    if v.task == t.name and v.solution.startswith((ck or "base") + ":")] for ck in cks]
-            print(f"{t.name[:26]:26s}" + "".join(f" {sum(r) / max(1, len(r)):14.3f}" for r in row))
-        print("\ncomparison (k samples per task; mean counts failures as 0; flagged tasks excluded)")
+        print(f"\nmean speedup per task ± sd over its {cfg['samples']} samples (failures as 0)")
+        print("\n".join("  " + line for line in ablation.aligned(task_rows(tasks, verdicts, cks))))
+        print("\ncomparison (k samples per task; mean counts failures as 0; flagged samples excluded)")
         print(f"{'checkpoint':32s} {'success':>8s} {'mean':>7s} {'median':>7s} {'max':>7s} {'fast_1':>7s} "
               f"{'best-of-k mean':>15s}")
         for ck, s in summary.items():
@@ -351,6 +352,35 @@ def model_mode(cfg, tasks, ev, rank, world):
             print(f"{ck[-32:]:32s} {a['success_rate']:8.2f} {a['mean_speedup']:7.3f} {a['median_speedup']:7.3f} "
                   f"{a['max_speedup']:7.2f} {a['fast_p']['1.0']:7.2f} {b['mean_speedup']:15.3f}")
     return verdicts, summary, samples
+
+
+def task_rows(tasks, verdicts, cks):
+    """model_mode's per-task table -> rows for ablation.aligned, the header first: each
+    checkpoint's mean speedup over a task's samples ± their sd. A task with a sample flagged
+    input_independent or input_distribution is marked set aside: the comparison leaves that
+    sample out. Under the tasks, the geometric mean of the task means above 0 over the tasks
+    not set aside, and of each checkpoint's per-task ratio to the first's (ablation.task_geomean)."""
+    short = [os.path.basename(ck.rstrip("/")) or ck for ck in cks]
+    labels = short if len(set(short)) == len(short) else [ck[-20:] for ck in cks]
+    aside = {v.task for v in verdicts if set(APART) & set(v.flags)}
+    per = {ck: {} for ck in cks}
+    rows = [("task",) + tuple(labels)]
+    for t in tasks:
+        cells = []
+        for ck in cks:
+            s = ablation.spread([v.speedup if v.ok else 0.0 for v in verdicts
+                                 if v.task == t.name and v.solution.startswith((ck or "base") + ":")])
+            if s:
+                per[ck][t.name] = s["mean"]
+            cells.append(f"{s['mean']:.3f} ± {s['sd']:.3f}" if s else "-")
+        rows.append((t.name[:32] + " (set aside)" * (t.name in aside),) + tuple(cells))
+    kept = [t.name for t in tasks if t.name not in aside]
+    above = [[per[ck][t] for t in kept if per[ck].get(t, 0) > 0] for ck in cks]
+    rows.append(("geomean of task means above 0",) + tuple(
+        f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f} ({len(xs)} of {len(kept)})" if xs else "-" for xs in above))
+    ratios = [ablation.task_geomean(per[ck], per[cks[0]], aside) for ck in cks[1:]]
+    rows.append((f"geomean per task over {labels[0]}",) + ("1.000",) + tuple("-" if r is None else f"{r:.3f}" for r in ratios))
+    return rows
 
 
 def stage_numbers(verdicts, set_aside):
@@ -578,12 +608,12 @@ def run(cfg):
             verdicts, summary, samples = model_mode(cfg, tasks, ev, rank, world)
         else:
             p = taskset.pair_up([] if own else all_tasks, solutions, cfg["only"], ev.language)
+            if not p.pairs:  # the error says why each was left out: no "skipped" lines before it
+                raise ValueError(nothing_to_evaluate(p, cfg, ev, [] if own else all_tasks))
             if p.unmatched:
                 print(f"{len(p.unmatched)} solution(s) match no task, skipped (e.g. {shown(p.unmatched[0].name)})")
             if p.other_language:
                 print(f"{len(p.other_language)} solution(s) written in another language than {ev.language}, skipped")
-            if not p.pairs:
-                raise ValueError(nothing_to_evaluate(p, cfg, ev, [] if own else all_tasks))
             g0 = kernels.gate.now()
             verdicts = judge_solutions(cfg, ev, p.pairs, stamp, rank, world)
             if rank == 0:

@@ -358,8 +358,7 @@ def generate(model, tok, messages, cfg, n=1, progress=None, desc="sampling"):
     stop = eos_ids(s.model, tok)
     bar = None
     if (cfg["progress"] if progress is None else progress) and len(jobs) > cfg["gen_batch"]:
-        from tqdm import tqdm
-        bar = tqdm(total=len(jobs), desc=desc, unit="sample", dynamic_ncols=True)
+        bar = common.progress_bar(len(jobs), desc, "sample")
     s.refresh()
     for k in range(0, len(jobs), cfg["gen_batch"]):
         chunk = jobs[k:k + cfg["gen_batch"]]

@@ -7,11 +7,14 @@ it runs in the workers, and in the processes that build ahead of them (no torch 
     lib.relu(x, y, x.numel())     # tensors pass as pointers; cudaStream_t is filled in
     parse_exports(src)            # the extern "C" launchers a source declares
 """
+import ast
 import ctypes
+import linecache
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import taskset
@@ -88,9 +91,11 @@ class Kernel:
 
     def __call__(self, *args):
         import torch
-        if len(args) != self.nargs:
-            raise TypeError(f"{self.name}() takes {self.nargs} arguments "
-                            f"(cudaStream_t is filled in), got {len(args)}")
+        if len(args) != self.nargs:  # the stream is named only where the launcher takes one (CUDA)
+            want = [k for k in self.kinds if k != "stream"]
+            stream = " and its cudaStream_t is filled in" * ("stream" in self.kinds)
+            raise TypeError(f"{self.name}() takes {self.nargs} arguments ({', '.join(want)}){stream}, "
+                            f"got {len(args)}")
         cargs, it = [], iter(args)
         for k in self.kinds:
             if k == "stream":
@@ -163,7 +168,7 @@ def _compile(src, suffix, cmd_for, toolchain):
     if os.path.exists(so):
         return so
     if os.path.exists(final + ".err"):  # compile errors are deterministic: cache them too
-        raise BuildError(open(final + ".err").read())
+        raise BuildError(cite_py(open(final + ".err").read(), src, _caller_file()))
     tmp = tempfile.mkdtemp(prefix=key + ".tmp", dir=root)
     srcfile = os.path.join(tmp, "kernel" + suffix)
     with open(srcfile, "w") as f:
@@ -181,12 +186,59 @@ def _compile(src, suffix, cmd_for, toolchain):
             f.write(log)
         os.replace(tmp + ".err", final + ".err")
         shutil.rmtree(tmp, ignore_errors=True)
-        raise BuildError(log)
+        raise BuildError(cite_py(log, src, _caller_file()))
     try:
         os.rename(tmp, final)
     except OSError:  # another worker finished the same source first
         shutil.rmtree(tmp, ignore_errors=True)
     return so
+
+
+# Where a compiler cites a line: "kernel.cpp:7:5: error" (g++), "kernel.cu(7): error" (nvcc).
+_CITED = re.compile(r"^(kernel\.(?:cpp|cu)(?::(\d+)(?::\d+)?|\((\d+)\)))(?=: )", re.M)
+
+
+def _caller_file():
+    """The innermost file on the stack outside this package: the candidate (or the script)
+    that called load_cpp/load_cuda."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    f = sys._getframe(1)
+    while f and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
+        f = f.f_back
+    return f.f_code.co_filename if f else None
+
+
+def cite_py(log, src, pyfile):
+    """The compiler counts lines from the start of the source string, which a candidate
+    writes inside its .py: each cited line also gets the .py line it was written on,
+    "line 42 (kernel.cpp:7:5): error: ...". The .py line is that of the string literal
+    holding the cited line (a literal is a piece of src, or all of it); left as it was where
+    no literal, or more than one place, holds it."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(pyfile)) if pyfile else "")
+    except (SyntaxError, ValueError):
+        return log
+    strings = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value]
+    lines = src.split("\n")
+
+    def py_line(n):
+        if not 1 <= n <= len(lines) or not lines[n - 1].strip():
+            return None
+        body = lines[n - 1].strip()
+        a = sum(len(l) + 1 for l in lines[:n - 1]) + lines[n - 1].index(body)
+        found = set()
+        for c in (c for c in strings if len(c.value) >= len(body)):
+            p = src.find(c.value, max(0, a + len(body) - len(c.value)))
+            while 0 <= p <= a:  # each place the literal covers the cited line
+                # (no further than its last line: a one-line literal writes its newlines as \n)
+                found.add(min(c.lineno + c.value.count("\n", 0, a - p), c.end_lineno))
+                p = src.find(c.value, p + 1)
+        return found.pop() if len(found) == 1 else None
+
+    def cite(m):
+        n = py_line(int(m[2] or m[3]))
+        return f"line {n} ({m[1]})" if n else m[1]
+    return _CITED.sub(cite, log)
 
 
 _TOOLCHAIN = {}

@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 
+import common
 import config
 import taskset
 
@@ -321,14 +322,14 @@ class Evaluator:
         that never ends would be a fault of the evaluator's, and this says where it stands)."""
         t = gate.now()
         waiting = ", ".join(f"{len(q)} {p}" for p, q in queues.items() if q) or "none"
-        print(f"evaluator: no job ended in the last {STALL_SECONDS:.0f} s; waiting to start: {waiting}; "
-              f"running: {len(active)}", file=sys.stderr)
+        common.say(f"evaluator: no job ended in the last {STALL_SECONDS:.0f} s; waiting to start: {waiting}; "
+                   f"running: {len(active)}", sys.stderr)  # under the bar, not into it
         for r in active:
             held = ", stopped" * r.stopped + (f", in host work ({r.host})" if r.host else "")
             on = f", GPU {r.gpu}" if self.device == "cuda" and r.gpu is not None else ""
-            print(f"  {r.kind} of {r.item['task'].name} (pid {r.proc.pid}{on}): {r.state} for "
-                  f"{t - r.since:.0f} s{held}; its deadline "
-                  + ("waits while it is held" if r.held else f"in {r.deadline - t:.0f} s"), file=sys.stderr)
+            common.say(f"  {r.kind} of {r.item['task'].name} (pid {r.proc.pid}{on}): {r.state} for "
+                       f"{t - r.since:.0f} s{held}; its deadline "
+                       + ("waits while it is held" if r.held else f"in {r.deadline - t:.0f} s"), sys.stderr)
 
     def _finish(self, r, timed_out=False):
         """A worker's result, or what its death says: crash, exit, timeout, a limit it hit."""
@@ -552,8 +553,7 @@ class Evaluator:
         import multiprocessing.connection as mpc
         bar = None
         if (self.cfg["progress"] if progress is None else progress) and items:
-            from tqdm import tqdm
-            bar = tqdm(total=len(items), desc=desc, unit="cand", dynamic_ncols=True)
+            bar = common.progress_bar(len(items), desc, "cand")
         queues = {p: collections.deque() for p in phases}
         for it in items:  # an item may start at a later phase (evaluate: nothing to build)
             queues[it.get("phase", phases[0])].append(it)
