@@ -474,8 +474,8 @@ def policy_bench(cfg):
 
 
 def step_bench(cfg):
-    """One Stage 3 step at real size, end to end (grpo.step: sampling, judging through the
-    Evaluator, the update), for each shape and mode, the second of two steps (the first
+    """One Stage 3 step at real size, end to end (crl.py's schedule, grpo.steps: sampling,
+    judging through the Evaluator, the update), for each shape and mode, the second of two steps (the first
     captures the sampler's graphs and grows the allocator); -> its rows. Random weights write
     no code, so the step's own judging is empty (and its rewards random, so that the update
     has work): the step's candidates are costed at the rate this Evaluator judges the
@@ -518,26 +518,29 @@ def step_bench(cfg):
             msgs = [prompts.task_prompt(t.code, language) for t in mine]
             with kernels.Evaluator(c, time_candidates=True, progress=False) as ev:
                 gen = torch.Generator().manual_seed(0)
+                policy_work = (lambda: grpo.sample(c, smp, tok, msgs),
+                               lambda samples, rewards, stale: grpo.learn(c, model, ref, opt, tok, samples, rewards,
+                                                                          world, stale))
 
-                def reward(samples):  # as Stage 3's (the speedup, 0 for a failure), and a random
+                def reward(d):  # as Stage 3's (the speedup, 0 for a failure), and a random
                     # stand-in where there is no code (all of them, with random weights), so
                     # that the groups' rewards differ and the update has work to do
-                    codes = [prompts.parse_response(s.text).code for s in samples]
+                    codes = [prompts.parse_response(s.text).code for s in d["samples"]]
                     todo = [(t, code) for t, code in zip(each, codes) if code]
                     verdicts, out = iter(ev.evaluate(todo, progress=False) if todo else []), []
                     for code in codes:
                         v = next(verdicts) if code else None
                         out.append(float(torch.rand(1, generator=gen)) if v is None else v.speedup if v.ok else 0.0)
                     return out
-                res = [grpo.step(c, model, smp, tok, ref, opt, msgs, reward, world) for _ in range(2)][-1]
+                res = timed_steps(policy_work, reward, ev, 2, overlap=False)[-1]
                 if c["overlap"] and world == 1:
-                    row.update(overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs))
-            sec = res.seconds
-            row.update(gen_s=sec["sample"], eval_s=sec["reward"], update_s=sec["update"], update_tokens=res.stats["tokens"],
-                       tok_s=sum(len(s.ids) for s in res.samples) / max(1e-9, sec["sample"]))
-            row["step_s"] = sum(sec.values())
+                    row.update(overlapped(policy_work, len(msgs) * c["crl_samples"], ev, pairs))
+            row.update(gen_s=res["gen_s"], eval_s=res["eval_s"], update_s=res["update_s"],
+                       update_tokens=res["stats"]["tokens"],
+                       tok_s=sum(len(s.ids) for s in res["samples"]) / max(1e-9, res["gen_s"]))
+            row["step_s"] = res["gen_s"] + res["eval_s"] + res["update_s"]
             row["judge_real_s"] = P * G * world / per_s
-            row["step_real_s"] = sec["sample"] + row["judge_real_s"] + sec["update"]
+            row["step_real_s"] = res["gen_s"] + row["judge_real_s"] + res["update_s"]
         except torch.OutOfMemoryError:
             row["oom"] = True
         del model, ref, opt, smp
@@ -556,53 +559,66 @@ def step_bench(cfg):
     return dict(judge_per_min=60 * per_s, seeds=len(judged), rows=rows)
 
 
-def overlapped(c, model, smp, tok, ref, opt, msgs, ev, pairs, n=2):
-    """crl.py --overlap at real size with real judging: each step's candidates are the seeds
-    (as many as the step's samples, each made a new source, so it is built, checked and timed),
-    rewards random. n steps one part after another, then n with each step's judging in a
-    thread while the next step samples (Evaluator.host_gpu: no timing beside the policy's
-    work) -> seconds a step each way and the overlapped steps' wait for their judging."""
-    import threading
-    import torch
+def timed_steps(policy_work, reward, ev, n, overlap):
+    """n Stage 3 steps through grpo.steps, crl.py's schedule -> a record per step: its samples,
+    seconds sampling (gen_s), judging (eval_s), updating (update_s) and in all (step_s), the
+    wait for its judging (wait_s), the update's stats. policy_work: (sample() -> samples,
+    learn(samples, rewards, stale) -> (adv, stats)); reward(d) -> one float per sample of d
+    (d["step"], d["samples"]). The policy's GPU work holds the evaluator's timing off
+    (Evaluator.host_gpu), as in crl.py."""
     import grpo
-    k = len(msgs) * c["crl_samples"]
-    fresh = lambda j: [(t, f"{sol.code}\n# bench step {j}, candidate {i}\n") for i, (t, sol) in enumerate((pairs * k)[:k])]
-    rand = lambda: torch.rand(k).tolist()
+    sample, learn = policy_work
+    updates = [0]
+
+    def draw(step):
+        t0 = time.time()
+        with ev.host_gpu():
+            samples = sample()
+        return dict(step=step, samples=samples, gen_s=time.time() - t0, drawn_after=updates[0])
+
+    def judge(d):
+        t0 = time.time()
+        d["rewards"] = reward(d)
+        d["eval_s"] = time.time() - t0
+
+    def update(d, wait, t0):
+        t1 = time.time()
+        with ev.host_gpu():
+            _, stats = learn(d["samples"], d["rewards"], d["drawn_after"] < updates[0])
+        updates[0] += 1
+        return dict(d, stats=stats, update_s=time.time() - t1, wait_s=wait, step_s=time.time() - t0)
+    return list(grpo.steps(draw, judge, update, 0, n, overlap, cancel=ev.cancel))
+
+
+def overlapped(policy_work, k, ev, pairs, n=2):
+    """crl.py --overlap at real size with real judging: each step's k candidates are the seeds
+    (each made a new source, so it is built, checked and timed), rewards random. n steps one
+    part after another, then n with each step's judging in a thread while the next step
+    samples (no timing beside the policy's work) -> seconds a step each way (the overlapped
+    steps' without the first draw, which nothing overlaps) and their wait for the judging."""
+    import torch
     failed = collections.Counter()  # beside the policy's memory: what fails that did not alone
     why = {}  # the last message of each kind of failure
+    ok = [0]
 
-    def tally(j):  # judge step j's candidates -> how many are ok; the others' reasons counted
-        judged = ev.evaluate(fresh(j), progress=False)
-        for v in judged:
-            if not v.ok:
-                kind = f"{v.status}/{v.reason} ({v.task})"
-                failed[kind] += 1
-                why[kind] = v.message[:300]
-        return sum(v.ok for v in judged)
-    t0 = time.time()
-    for j in range(n):
-        with ev.host_gpu():
-            s = grpo.sample(c, smp, tok, msgs)
-        ok = tally(j)
-        with ev.host_gpu():
-            grpo.learn(c, model, ref, opt, tok, s, rand(), 1)
-    seq = (time.time() - t0) / n
-    with ev.host_gpu():
-        s = grpo.sample(c, smp, tok, msgs)
-    t0, wait = time.time(), 0.0
-    for j in range(n):
-        th = threading.Thread(target=tally, args=(n + j,))
-        th.start()
-        with ev.host_gpu():
-            nxt = grpo.sample(c, smp, tok, msgs)
-        t1 = time.time()
-        th.join()
-        wait += time.time() - t1
-        with ev.host_gpu():
-            grpo.learn(c, model, ref, opt, tok, s, rand(), 1, stale=True)
-        s = nxt
-    return dict(judged=k, sequential_s=seq, overlap_s=(time.time() - t0) / n, wait_s=wait / n, ok=ok, failed=dict(failed),
-                why=why, rounds=2 * n)
+    def tally(offset):  # judge a step's candidates, count the ok ones and the others' reasons -> random rewards
+        def reward(d):
+            fresh = [(t, f"{sol.code}\n# bench step {offset + d['step']}, candidate {i}\n")
+                     for i, (t, sol) in enumerate((pairs * k)[:k])]
+            judged = ev.evaluate(fresh, progress=False)
+            for v in judged:
+                if not v.ok:
+                    kind = f"{v.status}/{v.reason} ({v.task})"
+                    failed[kind] += 1
+                    why[kind] = v.message[:300]
+            ok[0] = sum(v.ok for v in judged)
+            return torch.rand(len(d["samples"])).tolist()
+        return reward
+    seq = timed_steps(policy_work, tally(0), ev, n, overlap=False)
+    over = timed_steps(policy_work, tally(n), ev, n, overlap=True)
+    overlap_s = (sum(r["step_s"] for r in over) - over[0]["gen_s"]) / n
+    return dict(judged=k, sequential_s=sum(r["step_s"] for r in seq) / n, overlap_s=overlap_s,
+                wait_s=sum(r["wait_s"] for r in over) / n, ok=ok[0], failed=dict(failed), why=why, rounds=2 * n)
 
 
 def run(cfg):

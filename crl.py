@@ -20,11 +20,11 @@ db.jsonl (the exemplar database), log.jsonl (one line per step), samples/, curve
 (with matplotlib). Killed, even with kill -9? Run the same command again: it resumes from
 the last checkpoint with the database intact.
 """
+import functools
 import math
 import os
 import random
 import sys
-import threading
 import time
 from dataclasses import dataclass
 
@@ -250,25 +250,13 @@ def run(cfg):
         r = Run(cfg, model, smp, ref_logprobs, opt, tok, tasks, db, ev, rank, world, out, set_aside)
         step = first = state["step"]
         pass_len = pass_steps(tasks, cfg["crl_tasks_per_step"])
-        overlap, pending, judging = cfg["overlap"] and world == 1, None, None
         if cfg["overlap"] and world > 1:
             print("crl: --overlap is for one process; under torchrun each step is judged before the next")
+        schedule = grpo.steps(functools.partial(draw, r), functools.partial(judge, r), functools.partial(update, r),
+                              first, cfg["crl_steps"], cfg["overlap"] and world == 1, cancel=ev.cancel)
         try:
-            while step < cfg["crl_steps"]:
-                step += 1
-                t0 = time.time()
-                if not overlap:
-                    d = draw(r, step)
-                    judge(r, d)
-                    rec = learn(r, d, 0.0, t0)
-                else:  # judge this step's samples while the next step's are drawn
-                    if pending is None:
-                        pending = draw(r, step)
-                        judging = Judging(r, pending)
-                    nxt = draw(r, step + 1) if step < cfg["crl_steps"] else None
-                    wait = judging.result()
-                    rec = learn(r, pending, wait, t0)
-                    pending, judging = nxt, Judging(r, nxt) if nxt else None
+            for rec in schedule:
+                step = rec["step"]
                 if rank == 0:
                     common.append_jsonl(os.path.join(out, "log.jsonl"), [rec])
                     print(step_line(rec), flush=True)
@@ -279,10 +267,8 @@ def run(cfg):
                         plot_curves(os.path.join(out, "log.jsonl"), os.path.join(out, "curves.png"), pass_len)
                 common.barrier(world)
         except KeyboardInterrupt:
-            if judging is not None:  # its workers stopped, its thread ended
-                ev.cancel()
-                judging.join(60)
-            sys.exit(f"\ncrl: interrupted in step {step}; the last checkpoint and the database are in {out}; "
+            schedule.close()  # a judging in flight: its workers stopped, its thread ended
+            sys.exit(f"\ncrl: interrupted in step {step + 1}; the last checkpoint and the database are in {out}; "
                      f"run the same command to resume")
     if rank == 0:
         print(f"crl: {step - first} steps in {time.time() - t_start:.0f} s"
@@ -290,28 +276,6 @@ def run(cfg):
         report(cfg, out, db, tasks, start_from)
     common.dist_teardown()
     return out
-
-
-class Judging(threading.Thread):
-    """judge(r, d) in the background (--overlap); result() waits for it -> the seconds waited."""
-
-    def __init__(self, r, d):
-        super().__init__(daemon=True)
-        self.r, self.d, self.error = r, d, None
-        self.start()
-
-    def run(self):
-        try:
-            judge(self.r, self.d)
-        except BaseException as e:  # raised again in the main thread
-            self.error = e
-
-    def result(self):
-        t0 = time.time()
-        self.join()
-        if self.error is not None:
-            raise self.error
-        return time.time() - t0
 
 
 def draw(r, step):
@@ -331,17 +295,18 @@ def draw(r, step):
 
 def judge(r, d):
     """Judge a Draw's samples (variants judged before keep their rows): d.judged. No
-    collectives and no database writes, so it may run in a thread beside draw()."""
+    collectives and no database writes, so it may run in a thread beside draw() (--overlap)."""
     t0 = time.time()
     parsed = [prompts.parse_response(s.text) for s in d.samples]
     rows = judge_samples(r.ev, r.db, [(t, p.code) for t, p in zip(d.each, parsed)], d.step, "crl")
     d.judged = dict(parsed=parsed, rows=rows, seconds=time.time() - t0)
 
 
-def learn(r, d, wait, t0):
+def update(r, d, wait, t0):
     """A judged Draw: its new variants into the database (gathered over ranks), rewards
-    (speedup, 0 for a failure), the update -> the step's log record (same keys every step).
-    wait: seconds the step waited for its judging after drawing the next (--overlap)."""
+    (speedup, 0 for a failure), the update (grpo.learn) -> the step's log record (same keys
+    every step). wait: seconds the step waited for its judging after drawing the next
+    (--overlap); t0: when the step began."""
     cfg, G, step = r.cfg, r.cfg["crl_samples"], d.step
     mine, shown, each = d.mine, d.shown, d.each
     parsed, rows = d.judged["parsed"], d.judged["rows"]
@@ -352,7 +317,8 @@ def learn(r, d, wait, t0):
     t1 = time.time()
     stale = d.updates < r.updates  # drawn before the last update (--overlap)
     with r.ev.host_gpu():
-        adv, st = grpo.learn(cfg, r.model, r.ref_logprobs, r.opt, r.tok, d.samples, rewards, r.world, stale)
+        adv, st = grpo.learn(cfg, r.model, r.ref_logprobs, r.opt, r.tok, d.samples, update_rewards(rows, rewards),
+                             r.world, stale)
     r.updates += 1
     update_s, flat = time.time() - t1, list(zip(each, d.samples))
     skipped = int((adv == 0).all(dim=1).sum())
@@ -391,6 +357,14 @@ def learn(r, d, wait, t0):
                 tok_s=round(sum(e["gen_tok"] for e in every) / max(1e-9, d.gen_s)),
                 gen_s=round(d.gen_s, 1), eval_s=round(d.judged["seconds"], 1), update_s=round(update_s, 1),
                 wait_s=round(wait, 1), step_s=round(time.time() - t0, 1), stale=int(stale))
+
+
+def update_rewards(rows, rewards):
+    """The rewards the update learns from: a speedup timed under another process's load
+    (flagged `disturbed`, kernels/timing.py) says little of the candidate, either way, so it
+    is no signal (NaN: advantage 0, out of its group's mean and std, grpo.smooth_rewards);
+    the logs and the database keep the measured number."""
+    return [math.nan if row and "disturbed" in (row.get("flags") or ()) else x for row, x in zip(rows, rewards)]
 
 
 def step_line(rec):

@@ -1,13 +1,15 @@
 """GRPO as CUDA-L1 uses it (paper section 3.3): smoothed group-relative advantages, the PPO
 clipped ratio, an optional k3 KL to a frozen reference. Pure functions with shapes in the
-comments, then the update step, and one whole step (sample, reward, update) around a reward
-function; last, the optimizer and gradient plumbing every stage's update uses (sft.py's
-too). No files, no prompts, no evaluator.
+comments, then the update step; then Stage 3's step schedule (draw, judge, update; the
+judging overlapped with the next draw or not), the one crl.py runs and bench.py times; last,
+the optimizer and gradient plumbing every stage's update uses (sft.py's too). No files, no
+prompts, no evaluator.
 
     adv = grpo.smooth_rewards(torch.tensor([0.0, 1.2, 3.5, 0.8]), k=1.5)   # one group of G
     stats = grpo.train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
-    res = grpo.step(cfg, model, smp, tok, ref_logprobs, opt, messages, reward_fn, world)
+    for rec in grpo.steps(draw, judge, update, first=0, last=20, overlap=True): ...
 """
+import threading
 import time
 from dataclasses import dataclass
 
@@ -30,12 +32,16 @@ class Rollout:
 def smooth_rewards(r, k, std_scale=True):
     """Group rewards -> advantages: clip((r - mean) / std, -k, k) (CUDA-L1's smoothing,
     k = 1.5). r: (G,). A group whose rewards are all equal has nothing to learn: zeros.
-    std_scale=False is Dr. GRPO's variant (no division by the std)."""
-    std = r.std(unbiased=False)
+    std_scale=False is Dr. GRPO's variant (no division by the std). A NaN reward is no
+    signal (crl.py: a disturbed timing): advantage 0, and left out of the mean and std."""
+    known = ~r.isnan()
+    if known.sum() < 2:
+        return torch.zeros_like(r)
+    std = r[known].std(unbiased=False)
     if std < 1e-8:
         return torch.zeros_like(r)
-    adv = (r - r.mean()) / (std if std_scale else 1.0)
-    return adv.clamp(-k, k)
+    adv = (r - r[known].mean()) / (std if std_scale else 1.0)
+    return adv.clamp(-k, k).nan_to_num(0.0)
 
 
 def group_advantages(rewards, k, std_scale=True):
@@ -165,30 +171,6 @@ def _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
     return stats
 
 
-@dataclass
-class Step:
-    """What one call of step() did: every sample, prompt by prompt, its reward and advantage."""
-    samples: list      # policy.generate's samples, G per prompt in prompt order (P * G)
-    rewards: list      # (P * G) floats
-    adv: torch.Tensor  # (P, G)
-    stats: dict        # train_step's
-    seconds: dict      # sample, reward, update
-
-
-def step(cfg, model, smp, tok, ref_logprobs, opt, messages, reward_fn, world):
-    """One GRPO step on this rank's prompts: `crl_samples` (G) samples of each message
-    (policy.generate through the sampler smp), their rewards from reward_fn(samples) -> one
-    float per sample, in order (judging kernels, for Stage 3: the algorithm does not know the
-    task), group-relative advantages, the update -> Step."""
-    t0 = time.time()
-    samples = sample(cfg, smp, tok, messages)
-    t1 = time.time()
-    rewards = [float(r) for r in reward_fn(samples)]
-    t2 = time.time()
-    adv, stats = learn(cfg, model, ref_logprobs, opt, tok, samples, rewards, world)
-    return Step(samples, rewards, adv, stats, dict(sample=t1 - t0, reward=t2 - t1, update=time.time() - t2))
-
-
 def sample(cfg, smp, tok, messages):
     """`crl_samples` samples of each message, G per prompt in prompt order -> (P * G) Samples."""
     return [s for group in policy.generate(smp, tok, messages, cfg, n=cfg["crl_samples"], progress=False)
@@ -204,6 +186,66 @@ def learn(cfg, model, ref_logprobs, opt, tok, samples, rewards, world, stale=Fal
                            cfg["reward_clip"], not cfg["dr_grpo"])                         # (P, G)
     rollouts = [Rollout(s.prompt_ids, s.ids, float(a), s.logps if stale else None) for s, a in zip(samples, adv.reshape(-1))]
     return adv, train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
+
+
+# ----------------------------------------------------------------------------------------
+# Stage 3's step schedule: the one crl.py runs and bench.py --what=step times
+
+class Background(threading.Thread):
+    """fn(arg) in a thread; result() waits for it -> the seconds waited (its error raised here)."""
+
+    def __init__(self, fn, arg):
+        super().__init__(daemon=True)
+        self.fn, self.arg, self.error = fn, arg, None
+        self.start()
+
+    def run(self):
+        try:
+            self.fn(self.arg)
+        except BaseException as e:  # raised again in the caller's thread
+            self.error = e
+
+    def result(self):
+        t0 = time.time()
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return time.time() - t0
+
+
+def steps(draw, judge, update, first, last, overlap=False, cancel=None):
+    """Steps first+1 .. last, each draw -> judge -> update; yields each update's result.
+    draw(step) -> d: the policy samples (its GPU work); judge(d): the evaluator judges d's
+    samples (no collectives and no shared writes, so it may run in a thread); update(d, wait,
+    t0) -> the step's record (wait: seconds spent waiting for d's judging, t0: when the step
+    began). overlap: a step's judging runs in a thread while the next step is drawn, so that
+    draw comes from weights one update old (the update's `stale`). cancel() stops a judging
+    still in flight when the loop is left early (an interrupt, or close()), before its thread
+    is joined."""
+    pending = None  # (d, the thread judging it), overlapped
+    try:
+        for step in range(first + 1, last + 1):
+            t0 = time.time()
+            if not overlap:
+                d = draw(step)
+                judge(d)
+                yield update(d, 0.0, t0)
+                continue
+            if pending is None:
+                d = draw(step)
+                pending = (d, Background(judge, d))
+            nxt = draw(step + 1) if step < last else None
+            d, judging = pending
+            wait = judging.result()
+            pending = None
+            rec = update(d, wait, t0)
+            pending = (nxt, Background(judge, nxt)) if nxt is not None else None
+            yield rec
+    finally:
+        if pending is not None:  # left early: its workers stopped, its thread ended
+            if cancel is not None:
+                cancel()
+            pending[1].join(60)
 
 
 # ----------------------------------------------------------------------------------------
