@@ -20,7 +20,9 @@ class Model(nn.Module):
 
 
 ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
-batch_size, in_channels, out_channels, size = (32, 64, 128, 128) if ON_GPU else (4, 16, 32, 32)
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton's interpreter: a program at a time, in numpy
+batch_size, in_channels, out_channels, size = ((32, 64, 128, 128) if ON_GPU else (2, 8, 16, 16) if INTERPRETED
+                                               else (4, 16, 32, 32))
 scale = 0.5
 
 

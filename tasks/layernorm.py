@@ -20,7 +20,8 @@ class Model(nn.Module):
 
 
 ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
-batch_size, dim = (65536, 4096) if ON_GPU else (2048, 1024)
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton's interpreter: a program at a time, in numpy
+batch_size, dim = (65536, 4096) if ON_GPU else (32, 1000) if INTERPRETED else (2048, 1024)
 
 
 def get_inputs():

@@ -16,7 +16,8 @@ class Model(nn.Module):
 
 
 ON_GPU = os.environ.get("KERNELS_DEVICE", "cuda") == "cuda"
-batch_size, dim = (16384, 16384) if ON_GPU else (512, 2048)
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton's interpreter: a program at a time, in numpy
+batch_size, dim = (16384, 16384) if ON_GPU else (16, 1000) if INTERPRETED else (512, 2048)
 
 
 def get_inputs():
