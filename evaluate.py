@@ -127,7 +127,7 @@ def error_lines(v, n=3):
     lines, and no log the message (syntax errors say where there)."""
     lines = [l.strip() for l in v.log.splitlines() if l.strip() and not _NOT_THE_ERROR.search(l.strip())]
     errs = [l for l in lines if re.search(r"\berror\b|undefined (reference|symbol)", l, re.I)] or lines
-    errs = [re.sub(r"\S*/([^/\s]+(:\d+|\(\d+\)))", r"\1", l) for l in errs] or [v.message]
+    errs = [re.sub(r"[^\s(]*/([^/\s]+(:\d+|\(\d+\)))", r"\1", l) for l in errs] or [v.message]
     return [_clip(l) for l in dict.fromkeys(errs)][:n]
 
 

@@ -194,8 +194,15 @@ def _compile(src, suffix, cmd_for, toolchain):
     return so
 
 
-# Where a compiler cites a line: "kernel.cpp:7:5: error" (g++), "kernel.cu(7): error" (nvcc).
-_CITED = re.compile(r"^(kernel\.(?:cpp|cu)(?::(\d+)(?::\d+)?|\((\d+)\)))(?=: )", re.M)
+def _cited(name):
+    """Where a compiler cites a line of file `name` (a pattern): "kernel.cpp:7:5: error" (g++),
+    "kernel.cu(7): error" (nvcc)."""
+    return re.compile(rf"^({name}(?::(\d+)(?::\d+)?|\((\d+)\)))(?=: )", re.M)
+
+
+_CITED = _cited(r"kernel\.(?:cpp|cu)")
+# load_inline writes the candidate's strings into main.cpp and cuda.cu of its build folder
+_INLINE = re.compile(r"^(/[^\s:()]+/(?:main\.cpp|cuda\.cu))(?=[:(]\d)", re.M)
 
 
 def _caller_file():
@@ -208,7 +215,7 @@ def _caller_file():
     return f.f_code.co_filename if f else None
 
 
-def cite_py(log, src, pyfile):
+def cite_py(log, src, pyfile, cited=_CITED):
     """The compiler counts lines from the start of the source string, which a candidate
     writes inside its .py: each cited line also gets the .py line it was written on,
     "line 42 (kernel.cpp:7:5): error: ...". The .py line is that of the string literal
@@ -238,7 +245,20 @@ def cite_py(log, src, pyfile):
     def cite(m):
         n = py_line(int(m[2] or m[3]))
         return f"line {n} ({m[1]})" if n else m[1]
-    return _CITED.sub(cite, log)
+    return cited.sub(cite, log)
+
+
+def cite_inline(log, pyfile):
+    """cite_py for a torch extension build's log (load_inline): each generated file it cites
+    is read back from the build folder and its lines traced to the candidate's strings."""
+    for path in sorted(set(_INLINE.findall(log))):
+        try:
+            with open(path) as f:
+                src = f.read()
+        except OSError:
+            continue
+        log = cite_py(log, src, pyfile, _cited(re.escape(path)))
+    return log
 
 
 _TOOLCHAIN = {}

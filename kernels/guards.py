@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from . import seccomp
-from .builds import KERNEL_CALLS
+from .builds import KERNEL_CALLS, _caller_file, cite_inline
 from .correctness import malloc_again
 
 
@@ -328,11 +328,13 @@ def remember_builds(folder):
             try:
                 module = fn(*args, **kwargs)
             except RuntimeError as e:
-                if str(e).startswith("Error building extension"):
-                    os.makedirs(folder, exist_ok=True)
-                    with open(memo + ".txt", "w") as f:
-                        f.write(str(e))
-                raise
+                if not str(e).startswith("Error building extension"):
+                    raise
+                text = cite_inline(str(e), _caller_file())  # the candidate's .py lines beside main.cpp's
+                os.makedirs(folder, exist_ok=True)
+                with open(memo + ".txt", "w") as f:
+                    f.write(text)
+                raise RuntimeError(text) from None
             so = getattr(module, "__file__", None)
             if plain and isinstance(module, types.ModuleType) and so and so.endswith(".so"):
                 os.makedirs(folder, exist_ok=True)
