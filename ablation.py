@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 import os
+import random
 import statistics
 
 import common
@@ -110,17 +111,54 @@ def task_geomean(a, b, apart=()):
     return math.exp(sum(xs) / len(xs)) if xs else None
 
 
+def paired_interval(a, b, apart=(), n=2000, level=0.95, seed=0):
+    """How far the draw of the k samples moves two ratios of checkpoints A and B -> {"mean":
+    (low, high), "per task": (low, high)}: percentile intervals of A's mean speedup over B's and
+    of task_geomean(A, B) when each task's k samples are drawn again with replacement, the same
+    sample indices for A and B (a paired bootstrap: sample j of every checkpoint comes from the
+    same generator state, evaluate.py). a, b: {task: [speedup of sample j, ...]}. None where no
+    task has two samples in both."""
+    tasks = [t for t in a if t in b and t not in apart and len(a[t]) == len(b[t]) > 1]
+    if not tasks:
+        return None
+    rng, got = random.Random(seed), {"mean": [], "per task": []}
+    for _ in range(n):
+        ma, mb = {}, {}
+        for t in tasks:
+            idx = [rng.randrange(len(a[t])) for _ in a[t]]
+            ma[t], mb[t] = sum(a[t][i] for i in idx) / len(idx), sum(b[t][i] for i in idx) / len(idx)
+        if sum(mb.values()) > 0:
+            got["mean"].append(sum(ma.values()) / sum(mb.values()))
+        g = task_geomean(ma, mb)
+        if g is not None:
+            got["per task"].append(g)
+    lo = (1 - level) / 2
+
+    def interval(xs):
+        xs = sorted(xs)
+        return (xs[int(lo * (len(xs) - 1))], xs[int((1 - lo) * (len(xs) - 1))]) if xs else None
+    return {k: interval(xs) for k, xs in got.items()}
+
+
 def ratios(per_run, pairs=(("crl", "sft"), ("crl", "crl-random"), ("selftrain", "sft")), apart=()):
     """Mean speedup of one stage over another's, and the per-task geometric mean of the same
-    ratio (task_geomean, marked "per task"), per run, and their spread over runs."""
-    per = {run: {**{f"{a}/{b}": (s[a]["mean_speedup"] / s[b]["mean_speedup"]
-                                 if a in s and b in s and s[b]["mean_speedup"] > 0 else None) for a, b in pairs},
-                 **{f"{a}/{b} per task": (task_geomean(s[a]["per_task"], s[b]["per_task"], apart)
-                                          if a in s and b in s else None) for a, b in pairs}}
-           for run, s in per_run.items()}
-    pairs = [f"{a}/{b}" for a, b in pairs]
-    pairs += [f"{k} per task" for k in pairs]
-    return dict(per_run=per, over_runs={k: spread([p[k] for p in per.values()]) for k in pairs})
+    ratio (task_geomean, marked "per task"), per run, with the interval the draw of the samples
+    alone gives each (paired_interval; where the samples were kept), and their spread over runs."""
+    per, intervals = {}, {}
+    for run, s in per_run.items():
+        per[run], intervals[run] = {}, {}
+        for a, b in pairs:
+            both = a in s and b in s
+            per[run][f"{a}/{b}"] = (s[a]["mean_speedup"] / s[b]["mean_speedup"]
+                                    if both and s[b]["mean_speedup"] > 0 else None)
+            per[run][f"{a}/{b} per task"] = task_geomean(s[a]["per_task"], s[b]["per_task"], apart) if both else None
+            iv = paired_interval(s[a]["samples"], s[b]["samples"], apart) \
+                if both and "samples" in s[a] and "samples" in s[b] else None
+            intervals[run][f"{a}/{b}"] = iv and iv["mean"]
+            intervals[run][f"{a}/{b} per task"] = iv and iv["per task"]
+    keys = [f"{a}/{b}" for a, b in pairs]
+    keys += [f"{k} per task" for k in keys]
+    return dict(per_run=per, intervals=intervals, over_runs={k: spread([p[k] for p in per.values()]) for k in keys})
 
 
 def per_task(per_run):
@@ -164,7 +202,12 @@ def task_table(tasks, set_aside, order=()):
 def ratio_table(r):
     keys = list(r["over_runs"])
     rows = [("run",) + tuple(keys)]
-    rows += [(run,) + tuple("-" if p[k] is None else f"{p[k]:.3f}" for k in keys) for run, p in r["per_run"].items()]
+    ivs = r.get("intervals", {})
+
+    def cell(run, k):
+        x, iv = r["per_run"][run][k], ivs.get(run, {}).get(k)
+        return "-" if x is None else f"{x:.3f}" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
+    rows += [(run,) + tuple(cell(run, k) for k in keys) for run in r["per_run"]]
     over = r["over_runs"]
     rows.append(("over runs",) + tuple("-" if over[k] is None else f"{_pm(over[k], '.3f')} [{over[k]['min']:.3f}, "
                                        f"{over[k]['max']:.3f}]" for k in keys))
@@ -188,7 +231,8 @@ def tables(result):
              f"as 0; mean ± sd over seeds; set-aside tasks excluded)", stage_table(result["aggregate"])),
             ("mean speedup per task (mean over seeds of each task's mean over its samples)",
              task_table(result["per_task"], result["set_aside"], result.get("tasks", ()))),
-            ("mean speedup ratios per seed", ratio_table(result["ratios"]))]
+            ("mean speedup ratios per seed ([low, high]: the 95% interval from the draw of the k samples alone, a paired "
+             "bootstrap)", ratio_table(result["ratios"]))]
 
 
 def print_report(result):

@@ -388,11 +388,18 @@ def stage_numbers(verdicts, set_aside):
     and each task's mean speedup over its samples (failures as 0), set-aside ones too."""
     s = summarize([v for v in verdicts if v.task not in set_aside])
     per = {}
-    for v in verdicts:
+    for v in sorted(verdicts, key=lambda v: _sample_index(v.solution)):
         per.setdefault(v.task, []).append(v.speedup if v.ok else 0.0)
     return dict(n=s["n"], ok=s["ok"], success_rate=s["success_rate"], mean_speedup=s["mean_speedup"],
                 fast_1=s["fast_p"]["1.0"], median_speedup=s["median_speedup"], max_speedup=s["max_speedup"],
-                per_task={t: sum(xs) / len(xs) for t, xs in per.items()})
+                per_task={t: sum(xs) / len(xs) for t, xs in per.items()},
+                samples=per)  # each task's speedups in sample order: sample j of every checkpoint shares its draw
+
+
+def _sample_index(name):
+    """"<checkpoint>:<task>/sample<j>" -> j (sample_pairs' names)."""
+    m = re.search(r"/sample(\d+)$", name)
+    return int(m[1]) if m else 0
 
 
 def runs_mode(cfg, tasks, ev, rank, world):
