@@ -1,8 +1,10 @@
 """The tests. CPU tests run anywhere (CI); tests marked gpu need CUDA and are skipped without it.
 
     pytest test_all.py                 # everything this machine can run
+    pytest test_all.py -m "not slow"   # the inner loop: under 3 minutes on two cores
     pytest test_all.py -m gpu -x       # the GPU half, on a CUDA machine
     pytest test_all.py -k hacks -v     # one group
+    pytest test_all.py -k thread_short # one candidate of hacks/ (its batch: it and the honest seed after it)
 
 Compiled candidates are shared through one build cache per session, so each builds once.
 """
@@ -47,6 +49,7 @@ os.environ["SANDBOX_TEST_API_KEY"] = SECRET
 SHARED = os.path.join(HERE, "..", "shared", "kernelbench", "problems.jsonl")
 HAS_CUDA = torch.cuda.is_available()
 gpu = pytest.mark.gpu
+slow = pytest.mark.slow  # over several seconds on a 2-core CPU: -m "not slow" is the inner loop
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 # Short timing: tests judge verdicts, not speed (speed lives in bench.py).
 FAST = dict(timing_rounds=2, round_seconds=0.05, min_runs=3, progress=False)
@@ -68,7 +71,7 @@ def tasks():
     return {t.name: t for t in taskset.load_tasks("builtin")}
 
 
-# ---------------------------------------------------------------------------- config
+# ---------------------------------------------------------------------------- config, --help, the README, the project's imports and common.py
 
 def test_config_presets_and_overrides():
     cfg = config.parse(["--config", "small", "--workers=3", "--allow_lowp", "--tasks", "x.jsonl"])
@@ -238,7 +241,7 @@ def project_imports(name, mods):
     return {m for m in found if m in mods and m != name}
 
 
-def test_imports_form_no_cycle_and_files_stay_short():
+def test_imports_form_no_cycle_and_stages_import_only_earlier_stages():
     """No import cycle among the project's modules, lazy imports included, and no exception
     list. The stage scripts import earlier stages only, evaluate.py and bench.py none."""
     mods = project_modules()
@@ -261,8 +264,6 @@ def test_imports_form_no_cycle_and_files_stay_short():
     for i, s in enumerate(stages + ["evaluate", "bench"]):
         assert graph[s] & set(stages + ["evaluate", "bench"]) <= set(stages[:i] if s in stages else []), (s, graph[s])
     assert not graph["kernels.verdicts"], "the evaluator's vocabulary is a leaf"
-    long = {f: n for f in mods.values() if (n := len(open(os.path.join(HERE, f)).read().splitlines())) > 700}
-    assert not long, f"files over 700 lines: {long}"
 
 
 def test_readme_is_a_manual_and_pointers_name_real_sections():
@@ -277,6 +278,48 @@ def test_readme_is_a_manual_and_pointers_name_real_sections():
         cited += [(f, d, sec) for d, sec in re.findall(r'(README|EVAL\.md)[,:]? +"([^"]+)"', text)]
     bad = [c for c in cited if " ".join(c[2].split()).lower() not in heads["README.md" if c[1] == "README" else c[1]]]
     assert cited and not bad, bad
+
+
+def test_progress_bars_leave_no_blank_or_partial_lines():
+    """Bars one after another with lines printed between and during them (common.progress_bar,
+    common.say), on a terminal of known width, one that reports none (tqdm drew blank lines
+    there), and a pipe: what is left on screen is the printed lines, nothing else."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    code = ("import common, sys\nfor i in range(3):\n    bar = common.progress_bar(4, f'bar {i}', 'x')\n"
+            "    bar.update(2)\n    common.say(f'note {i}', sys.stderr)\n    bar.update(2)\n    bar.close()\n"
+            "    print(f'step {i}', flush=True)\n")
+    want = [f"{w} {i}" for i in range(3) for w in ("note", "step")]
+
+    def screen(raw):  # a terminal's lines: a carriage return writes over the line from its start
+        lines = []
+        for text in raw.replace("\r\n", "\n").split("\n"):
+            line = ""
+            for part in text.split("\r"):
+                line = part + line[len(part):]
+            lines.append(line.rstrip())
+        return lines[:-1] if lines and not lines[-1] else lines
+    for cols in (0, 100):
+        main, sub = pty.openpty()
+        fcntl.ioctl(sub, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
+        p = subprocess.Popen([sys.executable, "-c", code], stdin=sub, stdout=sub, stderr=sub, cwd=HERE)
+        os.close(sub)
+        raw = b""
+        while True:
+            try:
+                got = os.read(main, 4096)
+            except OSError:  # the other end closed
+                break
+            if not got:
+                break
+            raw += got
+        os.close(main)
+        assert p.wait() == 0 and "bar 0:" in raw.decode(), raw
+        assert screen(raw.decode()) == want, (cols, raw)
+    r = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True, text=True)
+    assert r.returncode == 0 and screen(r.stdout) == want[1::2] and screen(r.stderr) == want[::2], (r.stdout, r.stderr)
 
 
 def test_workers_and_candidates_import_no_transformers():
@@ -302,7 +345,7 @@ def test_median_is_the_true_median():
     assert kernels.median([1.0, 2.0, 3.0, 10.0]) == 2.5  # the mean of the middle two, not the upper one
 
 
-# ---------------------------------------------------------------------------- loading
+# ---------------------------------------------------------------------------- loading tasks and solutions
 
 def test_builtin_suite_loads():
     ts = taskset.load_tasks("builtin")
@@ -394,6 +437,7 @@ def test_device_and_language_are_two_settings(cache):
         evaluate.main(["--backend=cpu", "--language=cuda", "--solutions=tasks/seeds/cuda", f"--cache_dir={cache}"])
 
 
+@pytest.mark.slow
 def test_triton_candidates_are_checked_through_the_interpreter_on_a_cpu(cache, tasks):
     """--language=triton on a machine without a GPU: candidates run under Triton's interpreter
     (TRITON_INTERPRET=1 in the workers), checked as every candidate is and not timed (the
@@ -491,7 +535,7 @@ def test_cuda_l1_release_layout(tmp_path, tasks, cache):
     assert len(pairs) == 1 and len(unmatched) == 2
 
 
-# ---------------------------------------------------------------------------- the build API
+# ---------------------------------------------------------------------------- the build API (kernels.load_cpp)
 
 def test_parse_exports():
     src = '''
@@ -506,6 +550,21 @@ def test_parse_exports():
         kernels.parse_exports('extern "C" void f(std::vector<int> v) {}')
 
 
+def test_a_load_inline_build_error_cites_the_candidates_line(tmp_path):
+    """load_inline writes the candidate's source strings into main.cpp (after its own
+    #include): the error's main.cpp line is traced back to the candidate's .py line."""
+    from kernels import builds
+    cpp = "torch::Tensor gelu(torch::Tensor x) { return x +; }"
+    main = tmp_path / "build" / "main.cpp"
+    main.parent.mkdir()
+    main.write_text(f"#include <torch/extension.h>\n{cpp}\n")
+    py = tmp_path / "solution.py"
+    py.write_text(f"import torch\n\n\nCPP = {cpp!r}\n")
+    log = f"Error building extension 'gelu':\n{main}:2:48: error: expected primary-expression\n"
+    assert f"line 4 ({main}:2:48): error" in builds.cite_inline(log, str(py))
+    assert builds.cite_inline(log, None) == log  # no file to read: left as the compiler wrote it
+
+
 def test_load_cpp_builds_caches_and_reports_errors(cache):
     src = 'extern "C" void twice(const float* x, float* y, long n) { for (long i = 0; i < n; i++) y[i] = 2 * x[i]; }'
     lib = kernels.load_cpp(src)
@@ -515,8 +574,12 @@ def test_load_cpp_builds_caches_and_reports_errors(cache):
     assert torch.equal(y, 2 * x)
     stamp = os.path.getmtime(lib.path)
     assert kernels.load_cpp(src).path == lib.path and os.path.getmtime(lib.path) == stamp  # a cache hit
-    with pytest.raises(TypeError, match="takes 3 arguments"):
+    with pytest.raises(TypeError, match=r"takes 3 arguments \(ptr, ptr, int64\), got 2$"):  # no stream on a CPU
         lib.twice(x, y)
+    # a CUDA launcher's stream is filled in, and its message says so (raised before any call)
+    k = kernels.builds.Kernel(lib.dll["twice"], "g", False, ["ptr", "int64", "stream"], lib)
+    with pytest.raises(TypeError, match=r"takes 2 arguments \(ptr, int64\) and its cudaStream_t is filled in"):
+        k(x)
     with pytest.raises(kernels.BuildError, match="was not declared"):
         kernels.load_cpp('extern "C" void f(float* y) { y[0] = not_declared; }')
     with pytest.raises(kernels.BuildError, match="was not declared"):  # the failure is cached too
@@ -530,48 +593,7 @@ def test_trim_log_keeps_errors():
     assert len(t) <= 1000 and "error: bad thing" in t
 
 
-
-def test_worker_gpu_is_named_as_the_machine_numbers_it():
-    # A parent limited to GPUs 2,3 hands its GPU 0 to a worker as "2" (the worker's own
-    # CUDA_VISIBLE_DEVICES is read against the whole machine).
-    assert gate.physical_gpu(0, "2,3") == "2" and gate.physical_gpu(1, "2, 3") == "3"
-    assert gate.physical_gpu(1, "") == "1"
-    assert gate.physical_gpu(0, "GPU-8f1c,GPU-77aa") == "GPU-8f1c"
-    with pytest.raises(ValueError, match="not among the 1 visible"):
-        gate.physical_gpu(1, "5")
-
-def _gate_worker(conn, path, steps, long_step, host=None):
-    """A stand-in for a CUDA run worker (gate.py): `steps` check steps with a pause point
-    before each, then the GPU alone for 0.3 s; it notes the time every millisecond it runs.
-    host=(at step, may run during a timing): 1 s of host-only work before that step."""
-    from kernels import gate
-    os.setsid()
-    from kernels import verdicts
-    g = gate.WorkerGate(conn.fileno(), lambda m: os.write(conn.fileno(), verdicts.encode(m)), lambda: None)
-    seen, spans, host_seen, regions = [], [], [], []
-
-    def busy(seconds, into):
-        t0 = time.monotonic()
-        while (t := time.monotonic()) - t0 < seconds:
-            into.append(t)
-            time.sleep(0.001)
-    for i in range(steps):
-        if host and host[0] == i:
-            with g.host_only(during_timing=host[1]):
-                t0 = time.monotonic()
-                busy(1.0, host_seen)
-                regions.append((t0, time.monotonic()))
-        g.pause_point()
-        busy(long_step if i == 1 else 0.02, seen)
-    g.acquire()
-    t0 = time.monotonic()
-    busy(0.3, seen)
-    spans.append((t0, time.monotonic()))
-    g.release()
-    json.dump(dict(seen=seen, spans=spans, paused=g.paused, host_seen=host_seen, regions=regions), open(path, "w"))
-    os.write(conn.fileno(), verdicts.encode({"status": "ok"}))
-    time.sleep(0.2)
-
+# ---------------------------------------------------------------------------- timing and the second timer (kernels/timing.py, kernels/confirm.py)
 
 class _TimedHarness:
     """What timing.run_timing uses of a Harness, on a simulated clock: each call of a
@@ -731,6 +753,7 @@ def test_the_second_timer_under_load_measures_again_and_a_disagreement_is_measur
     assert kernels.Evaluator._confirmed(ev, first, dict(quiet, speedup=2.7), tries_left=0)["speedup"] == 2.82
 
 
+@pytest.mark.slow
 def test_a_disagreement_once_is_judged_again_and_the_second_round_stands(cache, tasks):
     """A shared VM's noise, which no process accounts for, once moved an honest CPU seed from
     4.00x to 1.73x between its two measurements, and it was rejected unconfirmed. A
@@ -854,6 +877,63 @@ def test_settle_children_waits_for_a_busy_child_to_go_idle_and_no_longer():
             child.wait()
 
 
+@pytest.mark.slow
+def test_implausible_speedups_are_measured_again(cache, tasks):
+    """A speedup above suspicious_speedup is measured again, twice as long, and the verdict
+    says so; one below it is not."""
+    honest = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
+             "        return torch.nn.functional.gelu(x)\n"
+    for limit, again in ((0.05, True), (1e6, False)):
+        with make_eval(cache, "cpu", suspicious_speedup=limit) as ev:
+            [v] = ev.evaluate([(tasks["gelu"], honest)])
+        assert v.ok and ("re-measured" in v.message) == again, (limit, v.message)
+
+
+# ---------------------------------------------------------------------------- the GPU gate (kernels/gate.py)
+
+def test_worker_gpu_is_named_as_the_machine_numbers_it():
+    # A parent limited to GPUs 2,3 hands its GPU 0 to a worker as "2" (the worker's own
+    # CUDA_VISIBLE_DEVICES is read against the whole machine).
+    assert gate.physical_gpu(0, "2,3") == "2" and gate.physical_gpu(1, "2, 3") == "3"
+    assert gate.physical_gpu(1, "") == "1"
+    assert gate.physical_gpu(0, "GPU-8f1c,GPU-77aa") == "GPU-8f1c"
+    with pytest.raises(ValueError, match="not among the 1 visible"):
+        gate.physical_gpu(1, "5")
+
+
+def _gate_worker(conn, path, steps, long_step, host=None):
+    """A stand-in for a CUDA run worker (gate.py): `steps` check steps with a pause point
+    before each, then the GPU alone for 0.3 s; it notes the time every millisecond it runs.
+    host=(at step, may run during a timing): 1 s of host-only work before that step."""
+    from kernels import gate
+    os.setsid()
+    from kernels import verdicts
+    g = gate.WorkerGate(conn.fileno(), lambda m: os.write(conn.fileno(), verdicts.encode(m)), lambda: None)
+    seen, spans, host_seen, regions = [], [], [], []
+
+    def busy(seconds, into):
+        t0 = time.monotonic()
+        while (t := time.monotonic()) - t0 < seconds:
+            into.append(t)
+            time.sleep(0.001)
+    for i in range(steps):
+        if host and host[0] == i:
+            with g.host_only(during_timing=host[1]):
+                t0 = time.monotonic()
+                busy(1.0, host_seen)
+                regions.append((t0, time.monotonic()))
+        g.pause_point()
+        busy(long_step if i == 1 else 0.02, seen)
+    g.acquire()
+    t0 = time.monotonic()
+    busy(0.3, seen)
+    spans.append((t0, time.monotonic()))
+    g.release()
+    json.dump(dict(seen=seen, spans=spans, paused=g.paused, host_seen=host_seen, regions=regions), open(path, "w"))
+    os.write(conn.fileno(), verdicts.encode({"status": "ok"}))
+    time.sleep(0.2)
+
+
 def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
     """bench.py's account of a GPU's time, from the gate's state changes: timing while one
     worker holds the GPU, waiting while one asked and the others have not paused yet."""
@@ -864,22 +944,6 @@ def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
     share = gate.gate_share(trace, 0.0, 10.0)
     assert share[0] == dict(timing=2.5, waiting=1.5, other=6.0), share[0]
     assert share[1] == dict(timing=2.0, waiting=0.0, other=8.0), share[1]
-
-
-def test_policy_bench_counts_flops_and_the_decode_limit():
-    """bench.py's yardsticks for the RL loop: the update's useful FLOPs (6 N per token for
-    full training, 4 N for LoRA, plus 2 N for the reference's forward; causal attention on
-    top) and the memory-bound decode rate (every weight and each row's KV cache read once a
-    step): the 1.5B shape at batch 32 on an H100, bf16, 600-token prompts and 1,024-token
-    replies, lands near 26,000 tokens/s."""
-    n, s = 1_000_000, 100
-    assert bench.update_flops(n, 0, 64, [s], 1, False, False) == 6 * n * s
-    assert bench.update_flops(n, 0, 64, [s, s], 2, True, True) == 2 * (2 * 2 * n * s) * 2 + 2 * (2 * n * s)
-    assert bench.update_flops(n, 2, 64, [s], 1, False, False) == 3 * (2 * n * s + 2 * 2 * 64 * s * s)
-    params_1p5b, layers, kv_dim = 1.54e9, 28, 2 * 128
-    rate = bench.sampling_limit(params_1p5b, layers, kv_dim, 32, 600, 1024, 3.35e12)
-    assert 24_000 < rate < 28_000, rate
-    assert bench.sampling_limit(params_1p5b, layers, kv_dim, 256, 600, 1024, 3.35e12) > 2 * rate
 
 
 def _gate_run(tmp_path, args, poll, host=None):
@@ -1120,6 +1184,42 @@ def test_call_deadlines_run_on_the_workers_share_of_the_gpu(monkeypatch):
     assert a.deadline == 21.0  # never past the whole job's deadline
 
 
+def test_a_torch_extension_build_in_candidate_code_is_host_work_to_the_gpu_gate(monkeypatch):
+    """A load_inline/load that candidate code calls from the main thread runs inside the gate's
+    host_only (the worker may be stopped anywhere in it while another times): once, even when
+    builds nest; from another thread (which must not read the gate's pipe) it just runs."""
+    import contextlib
+    import threading
+    import torch.utils.cpp_extension as cx
+    from kernels import gate, guards
+    seen = []
+
+    class Gate(gate.WorkerGate):
+        def __init__(self):  # no pipe: host_only below stands in for the one that uses it
+            self.main, self.in_build = threading.get_ident(), False
+
+        @contextlib.contextmanager
+        def host_only(self, during_timing=False):
+            seen.append("host")
+            yield
+            seen.append("device")
+    g = Gate()
+
+    def fake_build(name, **kw):
+        seen.append(name)
+        return cx.load_inline("inner", nested=True) if kw.get("outer") else None
+    monkeypatch.setattr(cx, "load_inline", fake_build)
+    monkeypatch.setattr(cx, "load", fake_build)
+    guards.count_torch_extensions(around=g.building)
+    cx.load_inline("outer", outer=True)
+    assert seen == ["host", "outer", "inner", "device"], seen
+    seen.clear()
+    th = threading.Thread(target=lambda: cx.load("from_a_thread"))
+    th.start()
+    th.join()
+    assert seen == ["from_a_thread"] and not g.in_build
+
+
 # ---------------------------------------------------------------------------- correctness math
 
 def test_rel_err_and_compare():
@@ -1279,7 +1379,7 @@ def test_summary_math():
     assert sorted((v.task, v.speedup) for v in best) == [("a", 2.0), ("b", 0.5), ("c", 1.2), ("d", 0.0)]
 
 
-# ---------------------------------------------------------------------------- hacks and faults
+# ---------------------------------------------------------------------------- hacks/ and honest/: a test per candidate, then the checks after their batches
 
 def hack_files(backend, folder="hacks"):
     """<folder>/*.py for this backend: cpu_/cuda_ prefixed files for one, the rest for both."""
@@ -1291,79 +1391,219 @@ def hack_files(backend, folder="hacks"):
         code = open(f).read()
         meta = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(code).body
                 if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
-                and n.targets[0].id in ("EXPECT", "TASK", "OPTIONS", "FLAGS", "SET_FLAGS", "NEEDS", "STATIC", "MAX_SPEEDUP")}
+                and n.targets[0].id in ("EXPECT", "TASK", "OPTIONS", "FLAGS", "SET_FLAGS", "NEEDS", "STATIC", "MAX_SPEEDUP", "MAX_RUN_S")}
         out.append((f, code, meta))
     return out
 
 
-def run_hacks(cache, tasks, backend, folder="hacks"):
+class _Batches:
     """Every candidate of a folder (the adversarial ones in hacks/, the honest ones in
-    honest/), in batches by the options they need, the hacks with an honest seed after them: a
-    crash or a hang must not spoil the next evaluation. Each must get its EXPECT verdict, and the
-    verdict flags (FLAGS) and global settings (SET_FLAGS) it names."""
-    # a slow seed (0.06x on the CPU): far below confirm_speedup, so no second timing to wait for,
-    # and none that a loaded machine can disturb into `unconfirmed`
-    honest = open(os.path.join(HERE, "tasks", "seeds", config.pick_language("auto", backend), "gelu", "naive.py")).read()
-    groups = {}
-    missing = set(sandbox.probe())  # a sandbox hack needs its protection (NEEDS); the machine may refuse it
-    for f, code, meta in hack_files(backend, folder):
-        if not set(meta.get("NEEDS", ())) & set(missing):
-            groups.setdefault(repr(sorted(meta.get("OPTIONS", {}).items())), []).append((f, code, meta))
-    failures = []
-    marker = "/tmp/cudal1_pickle_ran"  # hacks/trust_pickle.py's code, had it run in this process
-    left_behind = "/dev/shm/cudal1_left_behind"  # hacks/sandbox_other_jobs.py's, had it outlived its job
-    tmp_marker = "/tmp/cudal1_escaped_marker"  # hacks/sandbox_files.py's, had its /tmp been the machine's
-    for path in (marker, left_behind, tmp_marker):
-        if os.path.exists(path):
-            os.remove(path)
-    libc = ctypes.CDLL(None, use_errno=True)  # a System V segment of another program (hacks/sandbox_ipc.py)
-    others = libc.shmget(0x43554431, 4096, 0o1600)
-    from multiprocessing import forkserver
-    server = None
-    for key, items in groups.items():
+    honest/) for one backend, judged in batches by the options they need, the hacks with an
+    honest seed after each batch: a crash or a hang must not spoil the next evaluation. A test
+    asks for one candidate's verdict; its batch is judged then, with the candidates of the same
+    options that this run selected (`-k thread_short`: that one and the seed after it).
+    judge_all() judges the rest, for the checks made after every batch."""
+    def __init__(self, cache, tasks, backend, folder, selected):
+        self.cache, self.tasks, self.backend, self.folder, self.selected = cache, tasks, backend, folder, selected
+        self.files = {os.path.basename(f)[:-3]: (f, code, meta) for f, code, meta in hack_files(backend, folder)}
+        # a slow seed (0.06x on the CPU): far below confirm_speedup, so no second timing to wait for,
+        # and none that a loaded machine can disturb into `unconfirmed`
+        self.honest = open(os.path.join(HERE, "tasks", "seeds", config.pick_language("auto", backend), "gelu",
+                                        "naive.py")).read()
+        self.missing = set(sandbox.probe())  # a sandbox hack needs its protection (NEEDS); the machine may refuse it
+        self.verdicts, self.after = {}, []  # name -> verdict; (options, the honest seed's verdict) per batch
+        for path in _MARKERS.values():
+            if os.path.exists(path):
+                os.remove(path)
+        self.libc = ctypes.CDLL(None, use_errno=True)  # a System V segment of another program (hacks/sandbox_ipc.py)
+        self.others = self.libc.shmget(0x43554431, 4096, 0o1600)
+        self.server, self.found, self.ended = None, set(), False  # markers found, forkserver ended
+
+    def group(self, name):
+        return repr(sorted(self.files[name][2].get("OPTIONS", {}).items()))
+
+    def refused(self, name):
+        return set(self.files[name][2].get("NEEDS", ())) & self.missing
+
+    def verdict(self, name):
+        if name not in self.verdicts:
+            key = self.group(name)
+            self.judge(key, [n for n in self.files if n not in self.verdicts and self.group(n) == key
+                             and (n in self.selected or n == name) and not self.refused(n)])
+        return self.verdicts[name]
+
+    def judge_all(self):
+        for key in dict.fromkeys(self.group(n) for n in self.files):  # the batches in file order
+            names = [n for n in self.files if n not in self.verdicts and self.group(n) == key and not self.refused(n)]
+            if names:
+                self.judge(key, names)
+
+    def judge(self, key, names):
+        from multiprocessing import forkserver
+        items = [self.files[n] for n in names]
         # each hack's EXPECT is the verdict of the layer it is written against; the static
         # check, which would stop many first, has its own test
         opts = dict(dict(static_check=False), **dict(ast.literal_eval(key)))
-        with make_eval(cache, backend, **opts) as ev:
-            server = server or forkserver._forkserver._forkserver_pid
+        with make_eval(self.cache, self.backend, **opts) as ev:
+            pid = forkserver._forkserver._forkserver_pid
+            self.ended |= self.server is not None and pid != self.server
+            self.server = self.server or pid
             # after the hacks, an honest candidate: what they did must not spoil the next one
-            after = [(tasks["gelu"], honest)] if folder == "hacks" else []
-            vs = ev.evaluate([(tasks[m["TASK"]], code) for _, code, m in items] + after)
-        for (f, _, meta), v in zip(items, vs):
-            if SECRET in v.message + v.log:
-                failures.append(f"{os.path.basename(f)}: the parent's secret is in its verdict")
-            status, _, reasons = meta["EXPECT"].partition("/")
-            if v.status != status or (reasons and v.reason not in reasons.split("|")):
-                failures.append(f"{os.path.basename(f)}: expected {meta['EXPECT']}, got {v.status}/{v.reason}: {v.message}")
-            elif v.reason == "oom" and backend == "cuda" and not v.alone:  # beside others: again, alone
-                failures.append(f"{os.path.basename(f)}: out of memory, and not judged again alone")
-            elif v.seconds.get("run", 0.0) > meta.get("MAX_RUN_S", float("inf")):
-                failures.append(f"{os.path.basename(f)}: its job ran {v.seconds['run']:.1f} s, over the "
-                                f"{meta['MAX_RUN_S']} s a hang of its kind may cost")
-            elif v.ok and v.speedup > meta.get("MAX_SPEEDUP", float("inf")):
-                failures.append(f"{os.path.basename(f)}: speedup {v.speedup:.2f}, above the {meta['MAX_SPEEDUP']} it "
-                                f"can earn honestly")
-            elif not set(meta.get("FLAGS", [])) <= set(v.flags) or not set(meta.get("SET_FLAGS", [])) <= set(v.set_flags):
-                failures.append(f"{os.path.basename(f)}: expected flags {meta.get('FLAGS')} and settings "
-                                f"{meta.get('SET_FLAGS')}, got {v.flags} and {v.set_flags}")
-        if after and not vs[-1].ok:
-            failures.append(f"honest candidate after {key}: {vs[-1].status}/{vs[-1].reason}: {vs[-1].message}")
-    if os.path.exists(marker):
-        failures.append("a worker's message ran code in the evaluator's process")
-    if os.path.exists(left_behind) and "private mounts" not in missing:
-        failures.append("a job left a file in /dev/shm")
-    if os.path.exists(tmp_marker):
-        failures.append("a job wrote a file in the machine's /tmp")
-    if forkserver._forkserver._forkserver_pid != server:  # hacks/sandbox_forkserver_alive.py
-        failures.append("a job ended the forkserver (a new one was started)")
-    if others >= 0:
-        libc.shmctl(others, 0, None)  # IPC_RMID
-    left = subprocess.run(["pgrep", "-f", "sleep 9871"], capture_output=True, text=True).stdout.split()
-    if left:
-        failures.append(f"processes a candidate left are still running: {left}")
-        subprocess.run(["pkill", "-f", "sleep 9871"])
+            after = [(self.tasks["gelu"], self.honest)] if self.folder == "hacks" else []
+            vs = ev.evaluate([(self.tasks[m["TASK"]], code) for _, code, m in items] + after)
+        self.ended |= forkserver._forkserver._forkserver_pid != self.server  # hacks/sandbox_forkserver_alive.py
+        self.found |= {k for k, path in _MARKERS.items() if os.path.exists(path)}
+        self.verdicts.update(zip(names, vs))
+        if after:
+            self.after.append((key, vs[-1]))
+
+    def close(self):
+        if self.others >= 0:
+            self.libc.shmctl(self.others, 0, None)  # IPC_RMID
+            self.others = -1
+
+
+_MARKERS = dict(
+    pickle="/tmp/cudal1_pickle_ran",  # hacks/trust_pickle.py's code, had it run in this process
+    left_behind="/dev/shm/cudal1_left_behind",  # hacks/sandbox_other_jobs.py's, had it outlived its job
+    tmp="/tmp/cudal1_escaped_marker")  # hacks/sandbox_files.py's, had its /tmp been the machine's
+
+
+@pytest.fixture(scope="session")
+def batches(request, cache, tasks):
+    """batches(backend, folder) -> its _Batches, made once a session; the candidates this run
+    selected (the test_hack or test_honest ids left after -k and -m) are what its batches hold."""
+    made = {}
+
+    def get(backend, folder):
+        if (backend, folder) not in made:
+            test = "test_hack" if folder == "hacks" else "test_honest"
+            selected = {it.callspec.params["name"] for it in request.session.items
+                        if getattr(it, "originalname", None) == test and it.callspec.params["backend"] == backend}
+            made[backend, folder] = _Batches(cache, tasks, backend, folder, selected)
+        return made[backend, folder]
+    yield get
+    for b in made.values():
+        b.close()
+
+
+def candidate_ids(folder):
+    """A test id per candidate and backend (cpu-thread_short), the CUDA ones marked gpu."""
+    return [pytest.param(backend, os.path.basename(f)[:-3], id=f"{backend}-{os.path.basename(f)[:-3]}",
+                         marks=[slow, gpu, needs_cuda] if backend == "cuda" else [slow])
+            for backend in ("cpu", "cuda") for f, _, _ in hack_files(backend, folder)]
+
+
+def check_candidate(b, name):
+    """The candidate's EXPECT verdict, and the verdict flags (FLAGS) and global settings
+    (SET_FLAGS) it names; no parent's secret in it; no more than its MAX_SPEEDUP."""
+    f, _, meta = b.files[name]
+    if b.refused(name):
+        pytest.skip(f"this machine refuses the protection it needs: {sorted(b.refused(name))}")
+    v = b.verdict(name)
+    backend, failures = b.backend, []
+    if SECRET in v.message + v.log:
+        failures.append(f"{os.path.basename(f)}: the parent's secret is in its verdict")
+    status, _, reasons = meta["EXPECT"].partition("/")
+    if v.status != status or (reasons and v.reason not in reasons.split("|")):
+        failures.append(f"{os.path.basename(f)}: expected {meta['EXPECT']}, got {v.status}/{v.reason}: {v.message}")
+    elif v.reason == "oom" and backend == "cuda" and not v.alone:  # beside others: again, alone
+        failures.append(f"{os.path.basename(f)}: out of memory, and not judged again alone")
+    elif v.seconds.get("run", 0.0) > meta.get("MAX_RUN_S", float("inf")):
+        failures.append(f"{os.path.basename(f)}: its job ran {v.seconds['run']:.1f} s, over the "
+                        f"{meta['MAX_RUN_S']} s a hang of its kind may cost")
+    elif v.ok and v.speedup > meta.get("MAX_SPEEDUP", float("inf")):
+        failures.append(f"{os.path.basename(f)}: speedup {v.speedup:.2f}, above the {meta['MAX_SPEEDUP']} it "
+                        f"can earn honestly")
+    elif not set(meta.get("FLAGS", [])) <= set(v.flags) or not set(meta.get("SET_FLAGS", [])) <= set(v.set_flags):
+        failures.append(f"{os.path.basename(f)}: expected flags {meta.get('FLAGS')} and settings "
+                        f"{meta.get('SET_FLAGS')}, got {v.flags} and {v.set_flags}")
     assert not failures, "\n".join(failures)
 
+
+AFTER_CHECKS = ["honest_seed_after_each_batch", "no_code_ran_in_the_evaluator", "nothing_left_in_dev_shm",
+                "nothing_left_in_tmp", "forkserver_alive", "no_process_left"]
+
+
+def after_ids(checks):
+    return [pytest.param(backend, check, id=f"{backend}-{check}",
+                         marks=[slow, gpu, needs_cuda] if backend == "cuda" else [slow])
+            for backend in ("cpu", "cuda") for check in checks]
+
+
+def after_the_batches(b, check):
+    """What a candidate may have done beyond its own verdict, once every candidate of the
+    folder is judged (markers and the forkserver looked at after each batch)."""
+    b.judge_all()
+    if check == "honest_seed_after_each_batch":
+        bad = [f"honest candidate after {key}: {v.status}/{v.reason}: {v.message}" for key, v in b.after if not v.ok]
+        assert b.after and not bad, "\n".join(bad)
+    elif check == "no_code_ran_in_the_evaluator":
+        assert "pickle" not in b.found, "a worker's message ran code in the evaluator's process"
+    elif check == "nothing_left_in_dev_shm":
+        assert "left_behind" not in b.found or "private mounts" in b.missing, "a job left a file in /dev/shm"
+    elif check == "nothing_left_in_tmp":
+        assert "tmp" not in b.found, "a job wrote a file in the machine's /tmp"
+    elif check == "forkserver_alive":
+        assert not b.ended, "a job ended the forkserver (a new one was started)"
+    elif check == "no_process_left":
+        left = subprocess.run(["pgrep", "-f", "sleep 9871"], capture_output=True, text=True).stdout.split()
+        if left:
+            subprocess.run(["pkill", "-f", "sleep 9871"])
+        assert not left, f"processes a candidate left are still running: {left}"
+
+
+def test_hacks_and_honest_folders_hold_their_candidates():
+    assert len(hack_files("cpu")) >= 20 and len(hack_files("cpu", "honest")) >= 12
+
+
+@pytest.mark.parametrize("backend, name", candidate_ids("hacks"))
+def test_hack(batches, backend, name):
+    """hacks/<name>.py gets its EXPECT verdict (judged in its batch, an honest seed after it)."""
+    check_candidate(batches(backend, "hacks"), name)
+
+
+@pytest.mark.parametrize("backend, check", after_ids(AFTER_CHECKS))
+def test_after_the_hacks(batches, backend, check):
+    after_the_batches(batches(backend, "hacks"), check)
+
+
+@pytest.mark.parametrize("backend, name", candidate_ids("honest"))
+def test_honest(batches, backend, name):
+    """KernelBench's conventions: parameters built their own way on the host, constants
+    folded into weights, torch.compile, cuDNN autotuning, a reused output buffer (ours and
+    load_inline's format) are accepted; an initialization that differs from Model's is not."""
+    check_candidate(batches(backend, "honest"), name)
+
+
+@pytest.mark.parametrize("backend, check", after_ids(AFTER_CHECKS[1:]))
+def test_after_the_honest_candidates(batches, backend, check):
+    after_the_batches(batches(backend, "honest"), check)
+
+
+def test_static_check_finds_the_hacks_and_passes_honest_code(cache, tasks):
+    """kernels/static.py: every hack marked STATIC is found, with its line; no honest
+    candidate, seed or kernel of the CUDA-L1 release is; with the check on (the default) a
+    found candidate is rejected/static_check in the Evaluator's own process, before any worker."""
+    from kernels import static
+    for f, code, meta in hack_files("cpu") + hack_files("cuda"):
+        assert bool(static.check(code)) == bool(meta.get("STATIC")), (f, static.check(code))
+    honest = glob.glob(os.path.join(HERE, "honest", "**", "*.py"), recursive=True) + \
+        glob.glob(os.path.join(HERE, "tasks", "seeds", "*", "*", "*.py"))
+    assert len(honest) > 30 and not [(f, static.check(open(f).read())) for f in honest if static.check(open(f).read())]
+    release = os.path.join(HERE, "..", "shared", "cudal1", "h100.json")
+    if os.path.exists(release):  # real published kernels: torch.backends flags, compiler config, ctypes, CUDA graphs
+        codes = [r[k] for line in open(release) if line.strip() for r in [json.loads(line)]
+                 for k in ("custom_code", "cuda_graph_code", "cudnn_code") if r.get(k)]
+        assert len(codes) > 500 and not [c for c in codes if static.check(c)]
+    hack = open(os.path.join(HERE, "hacks", "trust_pickle.py")).read()
+    with make_eval(cache, "cpu") as ev:
+        [v] = ev.evaluate([(tasks["gelu"], hack)])
+    assert (v.status, v.reason) == ("rejected", "static_check") and "line 25: sys._getframe" in v.message, v.message
+    assert not v.seconds.get("compile"), v.seconds  # no worker started
+
+
+# ---------------------------------------------------------------------------- the evaluator's guards and faults (kernels/harness.py, kernels/worker.py)
 
 _RELU_RAND = """
 import torch
@@ -1393,6 +1633,7 @@ def test_an_input_handed_back_is_rejected_unless_the_reference_does_the_same(cac
     assert b.ok, (b.status, b.reason, b.message)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=[gpu, needs_cuda])])
 def test_a_shortcut_right_only_on_the_tasks_inputs_is_rejected(cache, tmp_path, backend):
     """A ReLU dropped because the task's torch.rand inputs are never negative is right on the
@@ -1421,60 +1662,6 @@ def test_a_shortcut_right_only_on_the_tasks_inputs_is_rejected(cache, tmp_path, 
     assert c.ok and "input_independent" in c.flags, (c.status, c.reason, c.flags)
 
 
-def test_secrets_of_the_processes_above_stay_out_of_reach(cache, tmp_path):
-    """The evaluator's own environment (a key set before it started, so in its
-    /proc/<pid>/environ), and that of processes started while the job runs (short ones
-    started here all along, with a key of their own), are out of a candidate's reach
-    (hacks/sandbox_ancestor_env.py); a secret that got out anyway is redacted reversed, in
-    hex and base64 too."""
-    import base64
-    if "private mounts" in sandbox.probe():
-        pytest.skip(f"no private mounts here: {sandbox.probe()['private mounts']}")
-    later = "later-" + SECRET[::-1]  # in no evaluator's environment: nothing would redact it
-    hack = os.path.join(HERE, "hacks", "sandbox_ancestor_env.py")
-    proc = subprocess.Popen([sys.executable, "evaluate.py", "--tasks=tasks/gelu.py", f"--solutions={hack}",
-                             f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false", "--timing_rounds=2",
-                             "--static_check=false"],  # the layer under test: the mounts
-                            cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, ANCESTOR_TEST_API_KEY=SECRET))
-    # a process with a secret, always one started since the job began; where the machine
-    # gives no PID namespace, only those alive when the job began are covered (not tried)
-    later_too = "process view" not in sandbox.probe()
-    while proc.poll() is None and later_too:
-        subprocess.Popen(["sleep", "1"], env=dict(PATH=os.environ["PATH"], LATER_TEST_TOKEN=later))
-        time.sleep(0.1)
-    out, err = proc.communicate(timeout=300)
-    assert later not in out + err and later[::-1] not in out + err
-    assert proc.returncode == 0 and re.search(r"sandbox_ancestor_env.py +ok ", out), out[-2000:] + err[-2000:]
-    sandbox._SECRETS = None  # SECRET is in this process's environment: redact() finds it
-    for pre in ("", "x", "xy"):
-        text = base64.b64encode((pre + SECRET + "!").encode()).decode()
-        assert "<redacted>" in sandbox.redact(f"error: {text}"), pre
-    assert sandbox.redact(SECRET[::-1]) == sandbox.redact(SECRET.encode().hex()) == "<redacted>"
-
-
-def test_static_check_finds_the_hacks_and_passes_honest_code(cache, tasks):
-    """kernels/static.py: every hack marked STATIC is found, with its line; no honest
-    candidate, seed or kernel of the CUDA-L1 release is; with the check on (the default) a
-    found candidate is rejected/static_check in the Evaluator's own process, before any worker."""
-    from kernels import static
-    for f, code, meta in hack_files("cpu") + hack_files("cuda"):
-        assert bool(static.check(code)) == bool(meta.get("STATIC")), (f, static.check(code))
-    honest = glob.glob(os.path.join(HERE, "honest", "**", "*.py"), recursive=True) + \
-        glob.glob(os.path.join(HERE, "tasks", "seeds", "*", "*", "*.py"))
-    assert len(honest) > 30 and not [(f, static.check(open(f).read())) for f in honest if static.check(open(f).read())]
-    release = os.path.join(HERE, "..", "shared", "cudal1", "h100.json")
-    if os.path.exists(release):  # real published kernels: torch.backends flags, compiler config, ctypes, CUDA graphs
-        codes = [r[k] for line in open(release) if line.strip() for r in [json.loads(line)]
-                 for k in ("custom_code", "cuda_graph_code", "cudnn_code") if r.get(k)]
-        assert len(codes) > 500 and not [c for c in codes if static.check(c)]
-    hack = open(os.path.join(HERE, "hacks", "trust_pickle.py")).read()
-    with make_eval(cache, "cpu") as ev:
-        [v] = ev.evaluate([(tasks["gelu"], hack)])
-    assert (v.status, v.reason) == ("rejected", "static_check") and "line 25: sys._getframe" in v.message, v.message
-    assert not v.seconds.get("compile"), v.seconds  # no worker started
-
-
 def test_an_exception_in_a_candidate_call_keeps_its_traceback(cache, tasks):
     """runtime_error/exception from ModelNew.forward: the verdict's log has the candidate's
     frames and the innermost ones (where an error inside torch was raised), not just one line."""
@@ -1484,74 +1671,6 @@ def test_an_exception_in_a_candidate_call_keeps_its_traceback(cache, tasks):
         [v] = ev.evaluate([(tasks["gelu"], code)])
     assert (v.status, v.reason) == ("runtime_error", "exception") and "KeyError" in v.message, v.message
     assert "line 9, in forward" in v.log and "line 4, in helper" in v.log and "KeyError" in v.log, v.log
-
-
-def test_torch_loader_builds_are_scheduled_first(cache, tasks, monkeypatch):
-    """Candidates that build through torch's loader (a minute or more each) go to the compile
-    workers before the others, which keep their order; verdicts come back in the input's order.
-    Code that names no build and parses has no compile job: its run job imports it."""
-    seen, first = [], {}
-
-    def schedule(self, items, phases, progress, desc, landed=None):
-        seen.extend(it["name"] for it in items)
-        first.update((it["name"], it.get("phase", phases[0])) for it in items)
-        for it in items:
-            it["res"] = dict(status="ok", reason="", message="", speedup=1.0)
-            landed(it)
-    monkeypatch.setattr(kernels.Evaluator, "_schedule", schedule)
-    body = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x{}\n"
-    sols = [taskset.Solution(body.format(end), f"s{i}") for i, end in
-            enumerate(["", "  # cpp_extension", " * 1", "  # torch.utils.cpp_extension.load_inline", " + 0"])]
-    sols.append(taskset.Solution(body.format("") + "\n\nlib = kernels.load_cpp(SRC)\n", "ours"))
-    with make_eval(cache, "cpu") as ev:
-        vs = ev.evaluate([(tasks["gelu"], s) for s in sols])
-    assert seen == ["s1", "s3", "s0", "s2", "s4", "ours"]
-    assert [v.solution for v in vs] == ["s0", "s1", "s2", "s3", "s4", "ours"]
-    assert first == dict(s0="run", s1="compile", s2="run", s3="compile", s4="run", ours="compile")
-
-
-def test_covered_folders_never_hold_what_a_job_needs(cache, tmp_path):
-    """A job's mounts cover the run's out folder, unless it holds the project, Python or the
-    build cache (--out=/tmp, say, where the CI's virtual environment lives)."""
-    with make_eval(cache, "cpu", out=str(tmp_path)) as ev:
-        assert str(tmp_path) in ev.hidden
-    with make_eval(cache, "cpu", out=os.path.dirname(cache)) as ev:
-        assert os.path.dirname(cache) not in ev.hidden and ev.tmp in ev.hidden
-
-
-def test_a_forkserver_started_after_the_job_was_made_is_out_of_reach(cache, tasks, monkeypatch):
-    """Each job hides the forkserver folders (/tmp/pymp-*) the Evaluator lists when it makes
-    the job; one that another program starts after that (a second evaluator on the machine:
-    seen when two test runs shared the CI machine) must be out of reach too: the job's own
-    /tmp takes no pymp-* folder back. hacks/sandbox_forkserver.py connects to every socket
-    it can find."""
-    import socket
-    import tempfile
-    if "private mounts" in sandbox.probe():
-        pytest.skip("this machine refuses private mounts")
-    monkeypatch.setattr(sandbox, "forkserver_folder", lambda: [])  # as if it came after the listing
-    folder = tempfile.mkdtemp(prefix="pymp-", dir="/tmp")
-    server = socket.socket(socket.AF_UNIX)
-    try:
-        server.bind(os.path.join(folder, "listener-1"))
-        server.listen(8)
-        with make_eval(cache, "cpu", static_check=False) as ev:
-            [v] = ev.evaluate([(tasks["gelu"], open(os.path.join(HERE, "hacks", "sandbox_forkserver.py")).read())])
-    finally:
-        server.close()
-        shutil.rmtree(folder, ignore_errors=True)
-    assert v.ok, (v.status, v.reason, v.message)
-
-
-def test_hacks_and_faults_cpu(cache, tasks):
-    assert len(hack_files("cpu")) >= 20
-    run_hacks(cache, tasks, "cpu")
-
-
-@gpu
-@needs_cuda
-def test_hacks_and_faults_cuda(cache, tasks):
-    run_hacks(cache, tasks, "cuda")
 
 
 def test_a_float64_reference_the_gpu_has_no_memory_for_is_oom_not_a_float32_comparison(monkeypatch):
@@ -1610,79 +1729,6 @@ def test_checks_let_go_of_earlier_outputs_past_a_memory_limit():
     assert checks.HELD_BYTES < 8 << 30
 
 
-def test_honest_candidates_cpu(cache, tasks):
-    """KernelBench's conventions: parameters built their own way on the host, constants
-    folded into weights, torch.compile, cuDNN autotuning, a reused output buffer (ours and
-    load_inline's format) are accepted; an initialization that differs from Model's is not."""
-    assert len(hack_files("cpu", "honest")) >= 12
-    run_hacks(cache, tasks, "cpu", "honest")
-
-
-@gpu
-@needs_cuda
-def test_honest_candidates_cuda(cache, tasks):
-    run_hacks(cache, tasks, "cuda", "honest")
-
-
-def test_a_torch_extension_build_in_candidate_code_is_host_work_to_the_gpu_gate(monkeypatch):
-    """A load_inline/load that candidate code calls from the main thread runs inside the gate's
-    host_only (the worker may be stopped anywhere in it while another times): once, even when
-    builds nest; from another thread (which must not read the gate's pipe) it just runs."""
-    import contextlib
-    import threading
-    import torch.utils.cpp_extension as cx
-    from kernels import gate, guards
-    seen = []
-
-    class Gate(gate.WorkerGate):
-        def __init__(self):  # no pipe: host_only below stands in for the one that uses it
-            self.main, self.in_build = threading.get_ident(), False
-
-        @contextlib.contextmanager
-        def host_only(self, during_timing=False):
-            seen.append("host")
-            yield
-            seen.append("device")
-    g = Gate()
-
-    def fake_build(name, **kw):
-        seen.append(name)
-        return cx.load_inline("inner", nested=True) if kw.get("outer") else None
-    monkeypatch.setattr(cx, "load_inline", fake_build)
-    monkeypatch.setattr(cx, "load", fake_build)
-    guards.count_torch_extensions(around=g.building)
-    cx.load_inline("outer", outer=True)
-    assert seen == ["host", "outer", "inner", "device"], seen
-    seen.clear()
-    th = threading.Thread(target=lambda: cx.load("from_a_thread"))
-    th.start()
-    th.join()
-    assert seen == ["from_a_thread"] and not g.in_build
-
-
-def test_references_built_ahead_are_the_ones_built_later(tmp_path, tasks):
-    """Harness.prebuild (the reference models made before the candidate loads, so the work
-    may overlap other workers' timings) makes exactly what build() would make from each
-    seed later; past its memory budget the rest are built when asked for."""
-    from kernels import harness
-    t = tasks["linear_relu"]
-    job = dict(cfg=dict(config.DEFAULTS), device="cpu", workdir=str(tmp_path), task_code=t.code,
-               task_hash=t.hash, seed=1234)
-    later, ahead, capped = harness.Harness(job), harness.Harness(job), harness.Harness(job)
-    for h in (later, ahead, capped):
-        h.load_task()
-    ahead.prebuild()
-    capped.prebuild(budget=0)
-    assert sum(map(len, ahead.built.values())) == len(ahead.seeds()) == 1 + config.DEFAULTS["check_seeds"]
-    assert sum(map(len, capped.built.values())) == 1
-    for seed in later.seeds():
-        want = later.build(later.task.Model, seed).state_dict()
-        for h in (ahead, capped):
-            got = h.build(h.task.Model, seed).state_dict()
-            assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
-    assert not any(ahead.built.values()) and not any(capped.built.values())  # each taken once
-
-
 def test_a_worker_that_cannot_start_cuda_says_so(cache, tasks):
     """A CUDA run worker starts CUDA once it is boxed (worker._start_cuda). When that fails,
     the job's verdict names the GPU, not the task or the candidate; out of memory is "oom",
@@ -1709,353 +1755,108 @@ def test_parent_prechecks_need_no_worker(cache, tasks):
         ("compile_error", "no_code"), ("compile_error", "syntax_error"), ("compile_error", "no_modelnew")]
 
 
-def test_stale_locks_are_cleaned(cache):
-    lock = os.path.join(cache, "ext", "deadbeef", "myext", "lock")
-    os.makedirs(os.path.dirname(lock), exist_ok=True)
-    open(lock, "w").close()
-    old = time.time() - 10 * 3600
-    os.utime(lock, (old, old))
-    kernels.Evaluator(dict(cache_dir=cache, backend="cpu")).close()
-    assert not os.path.exists(lock)
+def test_reference_state_check_sees_weights_and_hooks_and_passes_a_dropped_float64_copy():
+    """Harness.check_reference: a weight changed in place or a hook added is reference_changed;
+    a float64 copy dropped after its run failed (None) is no longer checked, not an error."""
+    from kernels.harness import Harness, Reject
+    h = Harness.__new__(Harness)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    state = h.reference_state(ref)
+    h.check_reference(ref, state, "a call")  # unchanged
+    h.check_reference(None, state, "a call")  # dropped
+    with torch.no_grad():
+        ref[0].weight[1, 2] += 1e-3
+    with pytest.raises(Reject, match="weights"):
+        h.check_reference(ref, state, "a call")
+    state = h.reference_state(ref)
+    ref[1].register_forward_pre_hook(lambda m, a: None)
+    with pytest.raises(Reject, match="hooks"):
+        h.check_reference(ref, state, "a call")
+    # BatchNorm in training mode: a call of the reference changes its running statistics;
+    # after reference_ran those are its own, and a weight changed later still shows
+    bn = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    state = h.reference_state(bn)
+    with torch.no_grad():
+        bn(torch.randn(8, 4))
+    with pytest.raises(Reject, match="weights"):
+        h.check_reference(bn, state, "a call")  # not yet known as its own
+    h.reference_ran(bn, state)
+    with torch.no_grad():
+        bn(torch.randn(8, 4))
+    h.check_reference(bn, state, "a call")
+    with torch.no_grad():
+        bn[1].weight[0] += 1.0
+    h.reference_ran(bn, state)  # a parameter is never the reference's own to change
+    with pytest.raises(Reject, match="weights"):
+        h.check_reference(bn, state, "a call")
 
 
-# ---------------------------------------------------------------------------- seeds: no false positives
+# ---------------------------------------------------------------------------- the sandbox and job limits (kernels/sandbox.py, kernels/limits.py)
 
-def seed_pairs(tasks, backend, language="auto"):
-    pairs = []
-    for f in sorted(glob.glob(os.path.join(HERE, "tasks", "seeds", config.pick_language(language, backend), "*", "*.py"))):
-        pairs.append((tasks[os.path.basename(os.path.dirname(f))], taskset.Solution(open(f).read(), f)))
-    return pairs
-
-
-def check_seeds(cache, tasks, backend, language="auto"):
-    pairs = seed_pairs(tasks, backend, language)
-    assert len(pairs) >= 2 * len(tasks), "every task needs a naive and a fast seed"
-    with make_eval(cache, backend, language=language) as ev:
-        vs = ev.evaluate(pairs)
-    bad = [f"{v.solution}: {v.status}/{v.reason}: {v.message}\n{v.log}" for v in vs if not v.ok]
-    assert not bad, "\n".join(bad)
-    for v in vs:  # the always-zero task, and only it, is flagged
-        assert ("input_independent" in v.flags) == (v.task == "gemm_max_subtract_gelu"), v.solution
-        assert v.kernel_calls > 0, f"{v.solution} never calls its own kernel"
-        assert v.mean_err is not None and v.mean_err <= v.mean_tol, (v.solution, v.mean_err, v.mean_tol)
-        # a large speedup is timed twice (kernels/confirm.py); an honest one agrees with itself
-        assert (v.confirmed is not None) == (v.speedup >= 1.5), (v.solution, v.speedup, v.confirmed)
-    assert any(v.confirmed for v in vs), "no seed was fast enough to be timed a second time"
-    return vs
-
-
-def test_seeds_pass_cpu(cache, tasks):
-    check_seeds(cache, tasks, "cpu")
-
-
-def test_no_candidate_is_timed_during_the_hosts_own_work(cache, tasks):
-    """Evaluator.host_gpu on the CPU (crl.py --overlap's policy work beside judging in a
-    thread): it starts once no run job (which checks and times there) is active, none starts
-    until it ends, and the judging then finishes; on cancel() an evaluation in flight stops."""
-    import threading
-    pairs = [(tasks[n], open(os.path.join(HERE, "tasks", "seeds", "cpp", n, "fast.py")).read())
-             for n in ("gelu", "row_sum", "swish_bias", "layernorm")]
-    landed, hold, runs = [], [], {}
-    with make_eval(cache, "cpu", confirm_speedup=0) as ev:
-        start, finish, out = ev._start, ev._finish, {}
-
-        def started(phase, item, slot):  # each run job's span, as the Evaluator starts and ends it
-            r = start(phase, item, slot)
-            runs[id(r)] = [time.monotonic(), None] if phase == "run" else None
-            return r
-
-        def finished(r, **kw):
-            if runs.get(id(r)):
-                runs[id(r)][1] = time.monotonic()
-            return finish(r, **kw)
-        ev._start, ev._finish = started, finished
-        th = threading.Thread(target=lambda: out.update(
-            vs=ev.evaluate(pairs, on_verdict=lambda i, v: landed.append(time.monotonic()))))
-        th.start()
-        while not landed and th.is_alive():
-            time.sleep(0.01)
-        with ev.host_gpu():
-            a = time.monotonic()
-            time.sleep(1.5)
-            hold.append((a, time.monotonic()))
-        th.join(120)
-        assert [v.status for v in out["vs"]] == ["ok"] * 4, out["vs"]
-        spans = [v for v in runs.values() if v]
-        assert len(landed) == len(spans) == 4 and not [(x, y) for x, y in spans if x < hold[0][1] and a < y], (hold, spans)
-        th = threading.Thread(target=lambda: out.update(vs=ev.evaluate(pairs[:1])), daemon=True)
-        th.start()
-        ev.cancel()
-        th.join(30)
-        assert not th.is_alive()
+@pytest.mark.slow
+def test_secrets_of_the_processes_above_stay_out_of_reach(cache, tmp_path):
+    """The evaluator's own environment (a key set before it started, so in its
+    /proc/<pid>/environ), and that of processes started while the job runs (short ones
+    started here all along, with a key of their own), are out of a candidate's reach
+    (hacks/sandbox_ancestor_env.py); a secret that got out anyway is redacted reversed, in
+    hex and base64 too."""
+    import base64
+    if "private mounts" in sandbox.probe():
+        pytest.skip(f"no private mounts here: {sandbox.probe()['private mounts']}")
+    later = "later-" + SECRET[::-1]  # in no evaluator's environment: nothing would redact it
+    hack = os.path.join(HERE, "hacks", "sandbox_ancestor_env.py")
+    proc = subprocess.Popen([sys.executable, "evaluate.py", "--tasks=tasks/gelu.py", f"--solutions={hack}",
+                             f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false", "--timing_rounds=2",
+                             "--static_check=false"],  # the layer under test: the mounts
+                            cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, ANCESTOR_TEST_API_KEY=SECRET))
+    # a process with a secret, always one started since the job began; where the machine
+    # gives no PID namespace, only those alive when the job began are covered (not tried)
+    later_too = "process view" not in sandbox.probe()
+    while proc.poll() is None and later_too:
+        subprocess.Popen(["sleep", "1"], env=dict(PATH=os.environ["PATH"], LATER_TEST_TOKEN=later))
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=300)
+    assert later not in out + err and later[::-1] not in out + err
+    assert proc.returncode == 0 and re.search(r"sandbox_ancestor_env.py +ok ", out), out[-2000:] + err[-2000:]
+    sandbox._SECRETS = None  # SECRET is in this process's environment: redact() finds it
+    for pre in ("", "x", "xy"):
+        text = base64.b64encode((pre + SECRET + "!").encode()).decode()
+        assert "<redacted>" in sandbox.redact(f"error: {text}"), pre
+    assert sandbox.redact(SECRET[::-1]) == sandbox.redact(SECRET.encode().hex()) == "<redacted>"
 
 
-def test_the_hosts_cached_device_memory_goes_back_after_its_work(cache, monkeypatch):
-    """Stage 3's sampling and update beside judging: after each, the policy's allocator cache
-    (tens of GB after an update) goes back to the device. On the H100, 15 of 96 seeds judged
-    beside a resident 1.5B policy ran out of memory without this (24 of 24 alone)."""
-    freed = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: freed.append(1))
-    with make_eval(cache, "cpu") as ev:
-        with ev.host_gpu():
-            assert not freed
-        assert freed == [1]
+def test_covered_folders_never_hold_what_a_job_needs(cache, tmp_path):
+    """A job's mounts cover the run's out folder, unless it holds the project, Python or the
+    build cache (--out=/tmp, say, where the CI's virtual environment lives)."""
+    with make_eval(cache, "cpu", out=str(tmp_path)) as ev:
+        assert str(tmp_path) in ev.hidden
+    with make_eval(cache, "cpu", out=os.path.dirname(cache)) as ev:
+        assert os.path.dirname(cache) not in ev.hidden and ev.tmp in ev.hidden
 
 
-@gpu
-@needs_cuda
-def test_seeds_pass_cuda(cache, tasks):
-    check_seeds(cache, tasks, "cuda")
-
-
-@gpu
-@needs_cuda
-def test_a_candidate_that_fills_the_gpu_costs_its_neighbours_nothing(cache, tasks):
-    """One candidate takes nearly all the GPU's free memory and keeps it while the workers
-    beside it start CUDA and check: they run out of memory through no fault of their own, are
-    judged again alone, each in a worker started then (not one whose CUDA came up beside the
-    hog: its failure would be told to the job again), and are ok."""
-    hog = ("import time\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
-           "    def __init__(self):\n        super().__init__()\n"
-           "        self.hold = torch.empty(int(torch.cuda.mem_get_info()[0] * 0.9), dtype=torch.uint8, device='cuda')\n\n"
-           "    def forward(self, x):\n        time.sleep(0.02)\n        return torch.nn.functional.gelu(x)\n")
-    honest = open(os.path.join(HERE, "tasks", "seeds", "cuda", "gelu", "naive.py")).read()
-    with make_eval(cache, "cuda") as ev:
-        vs = ev.evaluate([(tasks["gelu"], hog)] + [(tasks["gelu"], honest)] * 6)
-    assert all(v.status == "ok" for v in vs[1:]), [(v.status, v.reason, v.message[:200]) for v in vs[1:]]
-
-
-@gpu
-@needs_cuda
-def test_triton_seeds_pass_cuda(cache, tasks):
-    """The Triton seeds compiled and timed on the GPU (on a CPU the interpreter only checks
-    them: test_triton_candidates_are_checked_through_the_interpreter_on_a_cpu)."""
-    pytest.importorskip("triton")
-    check_seeds(cache, tasks, "cuda", "triton")
-
-
-# ---------------------------------------------------------------------------- KernelBench's own format
-
-@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=[gpu, needs_cuda])])
-def test_load_inline_solution(cache, tasks, backend):
-    """KernelBench-style load_inline solutions work unchanged (one slow torch build). This one
-    builds in its constructor, as many published kernels do: the build runs in the compile
-    job (harness._construct_ahead), not in the worker that checks and times."""
-    code = bench.INLINE[backend]  # the bench's build-time comparison: then built once in a session
-    assert "self.ext = load_inline(" in code
-    with make_eval(cache, backend, require_kernel=True) as ev:
-        [v] = ev.evaluate([(tasks["gelu"], code)])
-    assert v.ok, f"{v.status}/{v.reason}: {v.message}\n{v.log}"
-    assert v.kernel_calls > 0
-    assert v.seconds["compile"] > 5 and v.seconds["check"] < v.seconds["compile"] / 2, v.seconds
-
-
-_FALLBACK = """
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        try:  # a build that fails, caught, as many published kernels do
-            self.ext = load_inline("broken_gelu", cpp_sources="torch::Tensor gelu(torch::Tensor x) { return x +; }",
-                                   functions=["gelu"])
-        except Exception as e:
-            print(f"falling back: {type(e).__name__}")
-            self.ext = None
-
-    def forward(self, x):
-        return torch.nn.functional.gelu(x)
-"""
-
-
-_WRITES_AND_LOADS = """
-import os
-import tempfile
-
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load
-
-SRC = '#include <torch/extension.h>\\n' \\
-      'torch::Tensor gelu(torch::Tensor x) { return at::gelu(x); }\\n' \\
-      'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("gelu", &gelu); }\\n'
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        here = tempfile.mkdtemp()  # a fresh folder, written anew at every construction, as published kernels do
-        with open(os.path.join(here, "gelu_ext.cpp"), "w") as f:
-            f.write(SRC)
-        self.ext = load(name="cwd_gelu", sources=[os.path.join(here, "gelu_ext.cpp")])
-
-    def forward(self, x):
-        return self.ext.gelu(x)
-"""
-
-
-def test_torch_builds_in_candidate_code_are_paid_once(cache, tasks):
-    """Builds in a constructor are run once, in the compile job, and remembered in the
-    program's part of the cache (guards.remember_builds); the run job's constructions get the
-    module (or the error) at once. A build that fails, caught, with a fallback to PyTorch:
-    judged on its fallback. A candidate that writes its source into a fresh folder and `load`s
-    it in every constructor (ninja would see a new path and a new time in every job): built
-    once. Both in one evaluation, so the two builds run side by side."""
-    with make_eval(cache, "cpu") as ev:
-        failed, written = ev.evaluate([(tasks["gelu"], _FALLBACK), (tasks["gelu"], _WRITES_AND_LOADS)])
-    assert failed.ok, (failed.status, failed.reason, failed.message)
-    assert failed.seconds["compile"] > 3 and failed.seconds["check"] < 3, failed.seconds
-    assert written.ok and written.kernel_calls > 0, (written.status, written.reason, written.message, written.log[-2000:])
-    assert written.seconds["compile"] > 3 and written.seconds["check"] < 3, written.seconds
-
-
-def test_a_long_quiet_spell_reports_where_each_job_stands(cache, tasks, monkeypatch, capsys):
-    """No job ending for STALL_SECONDS: each running job's kind, task, state and deadline go
-    to stderr, so a run that seems stuck says what it waits on; the verdict is unchanged."""
-    from kernels import evaluator
-    monkeypatch.setattr(evaluator, "STALL_SECONDS", 1.0)
-    slow = ("import time\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
-            "    def __init__(self):\n        super().__init__()\n        time.sleep(3)\n\n"
-            "    def forward(self, x):\n        return torch.nn.functional.gelu(x)\n")
-    with make_eval(cache, "cpu") as ev:
-        [v] = ev.evaluate([(tasks["gelu"], slow)])
+def test_a_forkserver_started_after_the_job_was_made_is_out_of_reach(cache, tasks, monkeypatch):
+    """Each job hides the forkserver folders (/tmp/pymp-*) the Evaluator lists when it makes
+    the job; one that another program starts after that (a second evaluator on the machine:
+    seen when two test runs shared the CI machine) must be out of reach too: the job's own
+    /tmp takes no pymp-* folder back. hacks/sandbox_forkserver.py connects to every socket
+    it can find."""
+    import socket
+    import tempfile
+    if "private mounts" in sandbox.probe():
+        pytest.skip("this machine refuses private mounts")
+    monkeypatch.setattr(sandbox, "forkserver_folder", lambda: [])  # as if it came after the listing
+    folder = tempfile.mkdtemp(prefix="pymp-", dir="/tmp")
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(os.path.join(folder, "listener-1"))
+        server.listen(8)
+        with make_eval(cache, "cpu", static_check=False) as ev:
+            [v] = ev.evaluate([(tasks["gelu"], open(os.path.join(HERE, "hacks", "sandbox_forkserver.py")).read())])
+    finally:
+        server.close()
+        shutil.rmtree(folder, ignore_errors=True)
     assert v.ok, (v.status, v.reason, v.message)
-    err = capsys.readouterr().err
-    assert "evaluator: no job ended in the last 1 s; waiting to start: none; running: 1" in err, err
-    assert " of gelu (pid " in err, err
-
-
-def test_kernelbench_verdict_is_not_asked_of_what_never_built_or_attacked_the_evaluator():
-    """KernelBench's judgement runs a candidate again: not one that never built, nor one caught
-    reaching for the evaluator (a result it forged there would read as KernelBench's)."""
-    want = lambda status, reason: kernels.Evaluator._kernelbench(None, dict(kernelbench=True),
-                                                                dict(status=status, reason=reason))
-    assert want("compile_error", "build_failed")["status"] == "compile_error"
-    assert all(want("rejected", r) == dict(status="not_run", reason=r, speedup=0.0)
-               for r in ("static_check", "library_symbols", "protocol"))
-    assert want("rejected", "input_mutated") is None and want("ok", "") is None  # run: a job judges them
-    assert kernels.Evaluator._kernelbench(None, {}, dict(status="ok", reason="")) == {}  # not asked for
-
-
-def test_kernelbench_judging_makes_inputs_and_builds_as_host_work(tmp_path, monkeypatch):
-    """KernelBench's judging makes its inputs on the host (its convention: gigabytes on one core,
-    six times a record) and a candidate's extension builds inside the gate's host work, where
-    the Evaluator may stop the worker while another one times instead of waiting for it; and
-    the timed input set is made before the device is held alone, not while others wait."""
-    import contextlib
-    import types
-    import torch.utils.cpp_extension as cx
-    from kernels import kernelbench
-    seen, inside = [], []
-    probe = types.ModuleType("kb_probe")
-    probe.note = lambda what: seen.append((what, bool(inside)))
-    monkeypatch.setitem(sys.modules, "kb_probe", probe)
-    monkeypatch.setattr(cx, "load_inline", lambda *a, **k: probe.note("build"))
-    monkeypatch.setattr(cx, "load", cx.load)  # the judging wraps it: put back afterwards
-
-    class Gate(gate.Open):
-        @contextlib.contextmanager
-        def host_only(self, during_timing=False):
-            inside.append(1)
-            yield
-            inside.pop()
-
-        def building(self):
-            return self.host_only()
-
-        def acquire(self):
-            seen.append(("acquire", bool(inside)))
-    task = ("import torch, kb_probe\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
-            "def get_inputs():\n    kb_probe.note('inputs')\n    return [torch.rand(4, 8)]\n"
-            "def get_init_inputs():\n    return []\n")
-    code = ("import torch\nimport torch.utils.cpp_extension as cx\ncx.load_inline('double')\n"
-            "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x + x\n")
-    res = kernelbench.kernelbench_job(dict(device="cpu", gate=Gate(), task_code=task, code=code, language="cuda",
-                                           workdir=str(tmp_path), cfg=dict(time_candidates=True)))
-    assert res["status"] == "ok", res
-    assert seen == [("build", True)] + [("inputs", True)] * (kernelbench.TRIALS + 1) + [("acquire", False)], seen
-
-
-def test_bench_takes_release_records_that_bring_their_own_tasks(tmp_path, tasks):
-    """bench.py --solutions with records in the CUDA-L1 release's layout (each with its own
-    reference code) benchmarks them on their own tasks, as evaluate.py judges them."""
-    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
-    path = tmp_path / "release.jsonl"
-    path.write_text(json.dumps(dict(level_id=1, task_id=19, ref_code=tasks["gelu"].code, custom_code=seed)) + "\n")
-    cfg = config.parse([f"--solutions={path}"])
-    [(task, sol)] = bench.seed_pairs(cfg, "cpp")
-    assert task.code == tasks["gelu"].code and sol.code == seed
-    assert bench.seed_pairs(config.parse([f"--solutions={path}"]), "cuda") == []  # another language
-
-
-def test_bench_step_times_a_stage3_step_and_costs_its_judging(cache, tmp_path):
-    """bench.py --what=step runs grpo.step twice with the tiny model under LoRA (the step does
-    not depend on the mode, and a full model is built, prepared and trained by the same policy
-    and grpo calls in crl.py's tests), and prints each
-    part's seconds, with the judging of real candidates (the seeds) beside them; --overlap also
-    times steps whose judging is real, one part after another and overlapped."""
-    out = run_script("bench.py", ["--what=step", "--shapes=tiny", "--modes=lora", "--crl_tasks_per_step=1",
-                                  "--crl_samples=2", "--max_new_tokens=16", "--gen_batch=4", "--backend=cpu",
-                                  "--only=gelu", f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false",
-                                  "--timing_rounds=2", "--round_seconds=0.05", "--overlap"])
-    assert "judging: 2 seeds in" in out and "2 ok" in out and "nothing overlapped" in out, out
-    assert out.count("--overlap, 2 seeds judged a step (2 ok)") == 1 and out.count("not ok of 8: ") == 1, out
-    res = json.load(open(os.path.join(tmp_path, "bench", "step-1gpu.json")))
-    assert [(r["shape"], r["mode"]) for r in res["rows"]] == [("tiny", "lora")], res["rows"]
-    for r in res["rows"]:
-        assert r["tok_s"] > 0 and r["update_tokens"] > 0 and r["step_real_s"] >= r["judge_real_s"] > 0, r
-        assert r["sequential_s"] > 0 and r["overlap_s"] > r["wait_s"] >= 0, r
-
-
-def test_bench_commands_print_their_tables(cache, tmp_path):
-    """The README's bench.py commands (throughput, stability, sandbox) on one CPU task's two
-    seeds with short timing: each prints its table and writes its JSON; every seed is ok."""
-    common_args = ["--backend=cpu", f"--cache_dir={cache}", "--fresh_cache=false", f"--out={tmp_path}",
-                   "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
-    out = run_script("bench.py", ["--what=all", "--only=gelu", *common_args])
-    assert "throughput, 2 unique candidates" in out and "stability: speedup" in out, out
-    rows = {l.split()[0] + " " + l.split()[1]: l.split() for l in out.splitlines() if l.startswith(("cold cache", "warm cache"))}
-    assert set(rows) == {"cold cache", "warm cache"} and all(r[4] == "2/2" for r in rows.values()), out
-    assert "median difference" in out and "over 2 candidates" in out, out
-    res = json.load(open(os.path.join(tmp_path, "bench", "all-cpu.json")))
-    assert len(res["stability"]["rows"]) == 2 and res["throughput"]["inline_status"] == "ok"
-    out = run_script("bench.py", ["--what=sandbox", "--only=gelu", "--bench_repeats=1", *common_args])
-    assert "with the box" in out and "without" in out and "the box costs" in out and "not ok" not in out, out
-    assert ("protections in the box: all" in out) == (not sandbox.probe()), out
-    res = json.load(open(os.path.join(tmp_path, "bench", "sandbox-cpu.json")))
-    assert len(res["sandbox"]["with_box"]) == len(res["sandbox"]["without"]) == 1
-    assert res["sandbox"]["refused"] == sandbox.probe()
-
-
-def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
-    """Compiling the reference wraps torch functions (dynamo); that must not read as the
-    candidate patching the harness. The shared cache's lock, held by another process (any job
-    can: reads are open in the box, and an flock needs no more), costs a job a tenth of
-    run_timeout, then it compiles into caches of its own; before, it waited until it timed out."""
-    import fcntl
-    honest = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
-             "        return torch.nn.functional.gelu(x)\n"
-    planter = open(os.path.join(HERE, "hacks", "sandbox_cache.py")).read()
-    shared = os.path.join(cache, "reference-compile")
-    with make_eval(cache, "cpu", baseline="compile", run_timeout=30.0) as ev:
-        [v, p] = ev.evaluate([(tasks["gelu"], honest), (tasks["gelu"], planter)])
-        assert v.ok, f"{v.status}/{v.reason}: {v.message}"
-        # the reference was compiled with the shared reference cache, which a candidate loaded
-        # after it cannot write (the worker's writes narrowed once the reference was compiled)
-        assert os.listdir(os.path.join(shared, "inductor"))
-        if "files" not in sandbox.probe():
-            assert p.ok, f"planted a file in the build cache: {p.status}/{p.reason}: {p.message}"
-        before = set(os.listdir(shared))
-        with open(os.path.join(shared, f"compile-{tasks['gelu'].hash[:16]}.lock")) as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            [w] = ev.evaluate([(tasks["gelu"], honest + "# judged again\n")])
-    assert w.ok, f"beside a held lock: {w.status}/{w.reason}: {w.message}"
-    assert [n for n in set(os.listdir(shared)) - before if n.startswith("own-")]
 
 
 def test_job_control_groups_are_removed_and_stale_ones_cleaned(cache, tasks):
@@ -2100,6 +1901,7 @@ class ModelNew(nn.Module):
 """
 
 
+@pytest.mark.slow
 def test_a_process_in_a_session_of_its_own_stops_with_its_job(cache, tasks, monkeypatch):
     """On the CPU a worker paused while its neighbour times is stopped, and with it its job's
     control group frozen: a process its candidate started in a session of its own stops too,
@@ -2117,6 +1919,7 @@ def test_a_process_in_a_session_of_its_own_stops_with_its_job(cache, tasks, monk
     assert True in frozen and frozen.count(True) == frozen.count(False), frozen
 
 
+@pytest.mark.slow
 def test_job_limits_are_watched_where_no_group_can_be_made(cache, tasks, monkeypatch):
     """cgroup v2 delegates only what the group above turns on, and no memory controller to a
     group that holds processes (the GPU machines have neither pids nor memory): there the
@@ -2195,13 +1998,89 @@ def test_without_root_the_network_is_cut_through_a_user_namespace():
     """The probe as an unprivileged user (nobody), where the kernel allows user namespaces:
     the network is cut all the same (CUDA run workers too: they start CUDA inside the box).
     No PID namespace. No control groups: the process count and memory are watched, the CPU time is missing."""
-    missing = _as_nobody("import json, sandbox; print(json.dumps(sandbox.probe()))", ["sandbox.py", "limits.py"])
+    missing = _as_nobody("import json, sandbox; print(json.dumps(sandbox.probe()))", ["sandbox.py", "limits.py", "seccomp.py"])
     if "user namespace: " in missing.get("network", ""):
         pytest.skip(f"this kernel allows no unprivileged user namespace: {missing['network']}")
     assert "network" not in missing and "files" not in missing, missing
     assert "job CPU time" in missing and not [k for k in missing if k.startswith("network")], missing
     assert "process view" in missing, missing  # no PID namespace: /proc covered as the job starts
     assert "process count" not in missing and "job memory" not in missing, missing  # watched without groups
+
+
+# ---------------------------------------------------------------------------- the Evaluator's scheduling, caches and reports
+
+def test_torch_loader_builds_are_scheduled_first(cache, tasks, monkeypatch):
+    """Candidates that build through torch's loader (a minute or more each) go to the compile
+    workers before the others, which keep their order; verdicts come back in the input's order.
+    Code that names no build and parses has no compile job: its run job imports it."""
+    seen, first = [], {}
+
+    def schedule(self, items, phases, progress, desc, landed=None):
+        seen.extend(it["name"] for it in items)
+        first.update((it["name"], it.get("phase", phases[0])) for it in items)
+        for it in items:
+            it["res"] = dict(status="ok", reason="", message="", speedup=1.0)
+            landed(it)
+    monkeypatch.setattr(kernels.Evaluator, "_schedule", schedule)
+    body = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x{}\n"
+    sols = [taskset.Solution(body.format(end), f"s{i}") for i, end in
+            enumerate(["", "  # cpp_extension", " * 1", "  # torch.utils.cpp_extension.load_inline", " + 0"])]
+    sols.append(taskset.Solution(body.format("") + "\n\nlib = kernels.load_cpp(SRC)\n", "ours"))
+    with make_eval(cache, "cpu") as ev:
+        vs = ev.evaluate([(tasks["gelu"], s) for s in sols])
+    assert seen == ["s1", "s3", "s0", "s2", "s4", "ours"]
+    assert [v.solution for v in vs] == ["s0", "s1", "s2", "s3", "s4", "ours"]
+    assert first == dict(s0="run", s1="compile", s2="run", s3="compile", s4="run", ours="compile")
+
+
+def test_references_built_ahead_are_the_ones_built_later(tmp_path, tasks):
+    """Harness.prebuild (the reference models made before the candidate loads, so the work
+    may overlap other workers' timings) makes exactly what build() would make from each
+    seed later; past its memory budget the rest are built when asked for."""
+    from kernels import harness
+    t = tasks["linear_relu"]
+    job = dict(cfg=dict(config.DEFAULTS), device="cpu", workdir=str(tmp_path), task_code=t.code,
+               task_hash=t.hash, seed=1234)
+    later, ahead, capped = harness.Harness(job), harness.Harness(job), harness.Harness(job)
+    for h in (later, ahead, capped):
+        h.load_task()
+    ahead.prebuild()
+    capped.prebuild(budget=0)
+    assert sum(map(len, ahead.built.values())) == len(ahead.seeds()) == 1 + config.DEFAULTS["check_seeds"]
+    assert sum(map(len, capped.built.values())) == 1
+    for seed in later.seeds():
+        want = later.build(later.task.Model, seed).state_dict()
+        for h in (ahead, capped):
+            got = h.build(h.task.Model, seed).state_dict()
+            assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert not any(ahead.built.values()) and not any(capped.built.values())  # each taken once
+
+
+def test_stale_locks_are_cleaned(cache):
+    lock = os.path.join(cache, "ext", "deadbeef", "myext", "lock")
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    open(lock, "w").close()
+    old = time.time() - 10 * 3600
+    os.utime(lock, (old, old))
+    kernels.Evaluator(dict(cache_dir=cache, backend="cpu")).close()
+    assert not os.path.exists(lock)
+
+
+@pytest.mark.slow
+def test_a_long_quiet_spell_reports_where_each_job_stands(cache, tasks, monkeypatch, capsys):
+    """No job ending for STALL_SECONDS: each running job's kind, task, state and deadline go
+    to stderr, so a run that seems stuck says what it waits on; the verdict is unchanged."""
+    from kernels import evaluator
+    monkeypatch.setattr(evaluator, "STALL_SECONDS", 1.0)
+    slow = ("import time\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+            "    def __init__(self):\n        super().__init__()\n        time.sleep(3)\n\n"
+            "    def forward(self, x):\n        return torch.nn.functional.gelu(x)\n")
+    with make_eval(cache, "cpu") as ev:
+        [v] = ev.evaluate([(tasks["gelu"], slow)])
+    assert v.ok, (v.status, v.reason, v.message)
+    err = capsys.readouterr().err
+    assert "evaluator: no job ended in the last 1 s; waiting to start: none; running: 1" in err, err
+    assert " of gelu (pid " in err, err
 
 
 def test_the_same_code_is_measured_once_per_evaluator(cache, tasks):
@@ -2217,19 +2096,373 @@ def test_the_same_code_is_measured_once_per_evaluator(cache, tasks):
     assert (a.solution, b.solution) == ("base:gelu/sample0", "crl:gelu/sample1")
 
 
-def test_implausible_speedups_are_measured_again(cache, tasks):
-    """A speedup above suspicious_speedup is measured again, twice as long, and the verdict
-    says so; one below it is not."""
+# ---------------------------------------------------------------------------- seeds: no false positives; the host's own work beside judging
+
+def seed_pairs(tasks, backend, language="auto"):
+    pairs = []
+    for f in sorted(glob.glob(os.path.join(HERE, "tasks", "seeds", config.pick_language(language, backend), "*", "*.py"))):
+        pairs.append((tasks[os.path.basename(os.path.dirname(f))], taskset.Solution(open(f).read(), f)))
+    return pairs
+
+
+def check_seeds(cache, tasks, backend, language="auto"):
+    pairs = seed_pairs(tasks, backend, language)
+    assert len(pairs) >= 2 * len(tasks), "every task needs a naive and a fast seed"
+    with make_eval(cache, backend, language=language) as ev:
+        vs = ev.evaluate(pairs)
+    bad = [f"{v.solution}: {v.status}/{v.reason}: {v.message}\n{v.log}" for v in vs if not v.ok]
+    assert not bad, "\n".join(bad)
+    for v in vs:  # the always-zero task, and only it, is flagged
+        assert ("input_independent" in v.flags) == (v.task == "gemm_max_subtract_gelu"), v.solution
+        assert v.kernel_calls > 0, f"{v.solution} never calls its own kernel"
+        assert v.mean_err is not None and v.mean_err <= v.mean_tol, (v.solution, v.mean_err, v.mean_tol)
+        # a large speedup is timed twice (kernels/confirm.py); an honest one agrees with itself
+        assert (v.confirmed is not None) == (v.speedup >= 1.5), (v.solution, v.speedup, v.confirmed)
+    assert any(v.confirmed for v in vs), "no seed was fast enough to be timed a second time"
+    return vs
+
+
+@pytest.mark.slow
+def test_seeds_pass_cpu(cache, tasks):
+    check_seeds(cache, tasks, "cpu")
+
+
+@pytest.mark.slow
+def test_no_candidate_is_timed_during_the_hosts_own_work(cache, tasks):
+    """Evaluator.host_gpu on the CPU (crl.py --overlap's policy work beside judging in a
+    thread): it starts once no run job (which checks and times there) is active, none starts
+    until it ends, and the judging then finishes; on cancel() an evaluation in flight stops."""
+    import threading
+    pairs = [(tasks[n], open(os.path.join(HERE, "tasks", "seeds", "cpp", n, "fast.py")).read())
+             for n in ("gelu", "row_sum", "swish_bias", "layernorm")]
+    landed, hold, runs = [], [], {}
+    with make_eval(cache, "cpu", confirm_speedup=0) as ev:
+        start, finish, out = ev._start, ev._finish, {}
+
+        def started(phase, item, slot):  # each run job's span, as the Evaluator starts and ends it
+            r = start(phase, item, slot)
+            runs[id(r)] = [time.monotonic(), None] if phase == "run" else None
+            return r
+
+        def finished(r, **kw):
+            if runs.get(id(r)):
+                runs[id(r)][1] = time.monotonic()
+            return finish(r, **kw)
+        ev._start, ev._finish = started, finished
+        th = threading.Thread(target=lambda: out.update(
+            vs=ev.evaluate(pairs, on_verdict=lambda i, v: landed.append(time.monotonic()))))
+        th.start()
+        while not landed and th.is_alive():
+            time.sleep(0.01)
+        with ev.host_gpu():
+            a = time.monotonic()
+            time.sleep(1.5)
+            hold.append((a, time.monotonic()))
+        th.join(120)
+        assert [v.status for v in out["vs"]] == ["ok"] * 4, out["vs"]
+        spans = [v for v in runs.values() if v]
+        assert len(landed) == len(spans) == 4 and not [(x, y) for x, y in spans if x < hold[0][1] and a < y], (hold, spans)
+        th = threading.Thread(target=lambda: out.update(vs=ev.evaluate(pairs[:1])), daemon=True)
+        th.start()
+        ev.cancel()
+        th.join(30)
+        assert not th.is_alive()
+
+
+def test_the_hosts_cached_device_memory_goes_back_after_its_work(cache, monkeypatch):
+    """Stage 3's sampling and update beside judging: after each, the policy's allocator cache
+    (tens of GB after an update) goes back to the device. On the H100, 15 of 96 seeds judged
+    beside a resident 1.5B policy ran out of memory without this (24 of 24 alone)."""
+    freed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: freed.append(1))
+    with make_eval(cache, "cpu") as ev:
+        with ev.host_gpu():
+            assert not freed
+        assert freed == [1]
+
+
+@pytest.mark.slow
+@gpu
+@needs_cuda
+def test_seeds_pass_cuda(cache, tasks):
+    check_seeds(cache, tasks, "cuda")
+
+
+@gpu
+@needs_cuda
+def test_a_candidate_that_fills_the_gpu_costs_its_neighbours_nothing(cache, tasks):
+    """One candidate takes nearly all the GPU's free memory and keeps it while the workers
+    beside it start CUDA and check: they run out of memory through no fault of their own, are
+    judged again alone, each in a worker started then (not one whose CUDA came up beside the
+    hog: its failure would be told to the job again), and are ok."""
+    hog = ("import time\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+           "    def __init__(self):\n        super().__init__()\n"
+           "        self.hold = torch.empty(int(torch.cuda.mem_get_info()[0] * 0.9), dtype=torch.uint8, device='cuda')\n\n"
+           "    def forward(self, x):\n        time.sleep(0.02)\n        return torch.nn.functional.gelu(x)\n")
+    honest = open(os.path.join(HERE, "tasks", "seeds", "cuda", "gelu", "naive.py")).read()
+    with make_eval(cache, "cuda") as ev:
+        vs = ev.evaluate([(tasks["gelu"], hog)] + [(tasks["gelu"], honest)] * 6)
+    assert all(v.status == "ok" for v in vs[1:]), [(v.status, v.reason, v.message[:200]) for v in vs[1:]]
+
+
+@pytest.mark.slow
+def test_triton_seeds_pass_cpu_through_the_interpreter(cache, tasks):
+    """Every Triton seed checked (not timed) under Triton's interpreter on a CPU, at the sizes
+    the tasks give it (INTERPRETED in tasks/*.py: at the CPU sizes one row_sum seed took 856 s)."""
+    pytest.importorskip("triton")
+    pairs = seed_pairs(tasks, "cpu", "triton")
+    assert len(pairs) >= 2 * len(tasks)
+    with make_eval(cache, "cpu", language="triton") as ev:
+        vs = ev.evaluate(pairs)
+    bad = [f"{v.solution}: {v.status}/{v.reason}: {v.message}\n{v.log[-600:]}" for v in vs if not v.ok]
+    assert not bad, "\n".join(bad)
+    assert all(v.message == "correct (not timed)" and v.kernel_calls > 0 for v in vs)
+
+
+@pytest.mark.slow
+@gpu
+@needs_cuda
+def test_triton_seeds_pass_cuda(cache, tasks):
+    """The Triton seeds compiled and timed on the GPU (on a CPU the interpreter only checks
+    them: test_triton_candidates_are_checked_through_the_interpreter_on_a_cpu)."""
+    pytest.importorskip("triton")
+    check_seeds(cache, tasks, "cuda", "triton")
+
+
+@pytest.mark.slow
+def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
+    """Compiling the reference wraps torch functions (dynamo); that must not read as the
+    candidate patching the harness. The shared cache's lock, held by another process (any job
+    can: reads are open in the box, and an flock needs no more), costs a job a tenth of
+    run_timeout, then it compiles into caches of its own; before, it waited until it timed out."""
+    import fcntl
     honest = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
              "        return torch.nn.functional.gelu(x)\n"
-    for limit, again in ((0.05, True), (1e6, False)):
-        with make_eval(cache, "cpu", suspicious_speedup=limit) as ev:
-            [v] = ev.evaluate([(tasks["gelu"], honest)])
-        assert v.ok and ("re-measured" in v.message) == again, (limit, v.message)
+    planter = open(os.path.join(HERE, "hacks", "sandbox_cache.py")).read()
+    shared = os.path.join(cache, "reference-compile")
+    with make_eval(cache, "cpu", baseline="compile", run_timeout=30.0) as ev:
+        [v, p] = ev.evaluate([(tasks["gelu"], honest), (tasks["gelu"], planter)])
+        assert v.ok, f"{v.status}/{v.reason}: {v.message}"
+        # the reference was compiled with the shared reference cache, which a candidate loaded
+        # after it cannot write (the worker's writes narrowed once the reference was compiled)
+        assert os.listdir(os.path.join(shared, "inductor"))
+        if "files" not in sandbox.probe():
+            assert p.ok, f"planted a file in the build cache: {p.status}/{p.reason}: {p.message}"
+        before = set(os.listdir(shared))
+        with open(os.path.join(shared, f"compile-{tasks['gelu'].hash[:16]}.lock")) as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            [w] = ev.evaluate([(tasks["gelu"], honest + "# judged again\n")])
+    assert w.ok, f"beside a held lock: {w.status}/{w.reason}: {w.message}"
+    assert [n for n in set(os.listdir(shared)) - before if n.startswith("own-")]
+
+
+# ---------------------------------------------------------------------------- KernelBench's own format (load_inline, its judging)
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=[gpu, needs_cuda])])
+def test_load_inline_solution(cache, tasks, backend):
+    """KernelBench-style load_inline solutions work unchanged (one slow torch build). This one
+    builds in its constructor, as many published kernels do: the build runs in the compile
+    job (harness._construct_ahead), not in the worker that checks and times."""
+    code = bench.INLINE[backend]  # the bench's build-time comparison: then built once in a session
+    assert "self.ext = load_inline(" in code
+    with make_eval(cache, backend, require_kernel=True) as ev:
+        [v] = ev.evaluate([(tasks["gelu"], code)])
+    assert v.ok, f"{v.status}/{v.reason}: {v.message}\n{v.log}"
+    assert v.kernel_calls > 0
+    assert v.seconds["compile"] > 5 and v.seconds["check"] < v.seconds["compile"] / 2, v.seconds
+
+
+_FALLBACK = """
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        try:  # a build that fails, caught, as many published kernels do
+            self.ext = load_inline("broken_gelu", cpp_sources="torch::Tensor gelu(torch::Tensor x) { return x +; }",
+                                   functions=["gelu"])
+        except Exception as e:
+            print(f"falling back: {type(e).__name__}")
+            self.ext = None
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x)
+"""
+
+
+_WRITES_AND_LOADS = """
+import os
+import tempfile
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load
+
+SRC = '#include <torch/extension.h>\\n' \\
+      'torch::Tensor gelu(torch::Tensor x) { return at::gelu(x); }\\n' \\
+      'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("gelu", &gelu); }\\n'
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        here = tempfile.mkdtemp()  # a fresh folder, written anew at every construction, as published kernels do
+        with open(os.path.join(here, "gelu_ext.cpp"), "w") as f:
+            f.write(SRC)
+        self.ext = load(name="cwd_gelu", sources=[os.path.join(here, "gelu_ext.cpp")])
+
+    def forward(self, x):
+        return self.ext.gelu(x)
+"""
+
+
+@pytest.mark.slow
+def test_torch_builds_in_candidate_code_are_paid_once(cache, tasks):
+    """Builds in a constructor are run once, in the compile job, and remembered in the
+    program's part of the cache (guards.remember_builds); the run job's constructions get the
+    module (or the error) at once. A build that fails, caught, with a fallback to PyTorch:
+    judged on its fallback. A candidate that writes its source into a fresh folder and `load`s
+    it in every constructor (ninja would see a new path and a new time in every job): built
+    once. Both in one evaluation, so the two builds run side by side."""
+    with make_eval(cache, "cpu") as ev:
+        failed, written = ev.evaluate([(tasks["gelu"], _FALLBACK), (tasks["gelu"], _WRITES_AND_LOADS)])
+    assert failed.ok, (failed.status, failed.reason, failed.message)
+    assert failed.seconds["compile"] > 3 and failed.seconds["check"] < 3, failed.seconds
+    assert written.ok and written.kernel_calls > 0, (written.status, written.reason, written.message, written.log[-2000:])
+    assert written.seconds["compile"] > 3 and written.seconds["check"] < 3, written.seconds
+
+
+def test_kernelbench_verdict_is_not_asked_of_what_never_built_or_attacked_the_evaluator():
+    """KernelBench's judgement runs a candidate again: not one that never built, nor one caught
+    reaching for the evaluator (a result it forged there would read as KernelBench's)."""
+    want = lambda status, reason: kernels.Evaluator._kernelbench(None, dict(kernelbench=True),
+                                                                dict(status=status, reason=reason))
+    assert want("compile_error", "build_failed")["status"] == "compile_error"
+    assert all(want("rejected", r) == dict(status="not_run", reason=r, speedup=0.0)
+               for r in ("static_check", "library_symbols", "protocol"))
+    assert want("rejected", "input_mutated") is None and want("ok", "") is None  # run: a job judges them
+    assert kernels.Evaluator._kernelbench(None, {}, dict(status="ok", reason="")) == {}  # not asked for
+
+
+def test_kernelbench_judging_makes_inputs_and_builds_as_host_work(tmp_path, monkeypatch):
+    """KernelBench's judging makes its inputs on the host (its convention: gigabytes on one core,
+    six times a record) and a candidate's extension builds inside the gate's host work, where
+    the Evaluator may stop the worker while another one times instead of waiting for it; and
+    the timed input set is made before the device is held alone, not while others wait."""
+    import contextlib
+    import types
+    import torch.utils.cpp_extension as cx
+    from kernels import kernelbench
+    seen, inside = [], []
+    probe = types.ModuleType("kb_probe")
+    probe.note = lambda what: seen.append((what, bool(inside)))
+    monkeypatch.setitem(sys.modules, "kb_probe", probe)
+    monkeypatch.setattr(cx, "load_inline", lambda *a, **k: probe.note("build"))
+    monkeypatch.setattr(cx, "load", cx.load)  # the judging wraps it: put back afterwards
+
+    class Gate(gate.Open):
+        @contextlib.contextmanager
+        def host_only(self, during_timing=False):
+            inside.append(1)
+            yield
+            inside.pop()
+
+        def building(self):
+            return self.host_only()
+
+        def acquire(self):
+            seen.append(("acquire", bool(inside)))
+    task = ("import torch, kb_probe\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+            "def get_inputs():\n    kb_probe.note('inputs')\n    return [torch.rand(4, 8)]\n"
+            "def get_init_inputs():\n    return []\n")
+    code = ("import torch\nimport torch.utils.cpp_extension as cx\ncx.load_inline('double')\n"
+            "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x + x\n")
+    res = kernelbench.kernelbench_job(dict(device="cpu", gate=Gate(), task_code=task, code=code, language="cuda",
+                                           workdir=str(tmp_path), cfg=dict(time_candidates=True)))
+    assert res["status"] == "ok", res
+    assert seen == [("build", True)] + [("inputs", True)] * (kernelbench.TRIALS + 1) + [("acquire", False)], seen
+
+
+# ---------------------------------------------------------------------------- bench.py
+
+def test_policy_bench_counts_flops_and_the_decode_limit():
+    """bench.py's yardsticks for the RL loop: the update's useful FLOPs (6 N per token for
+    full training, 4 N for LoRA, plus 2 N for the reference's forward; causal attention on
+    top) and the memory-bound decode rate (every weight and each row's KV cache read once a
+    step): the 1.5B shape at batch 32 on an H100, bf16, 600-token prompts and 1,024-token
+    replies, lands near 26,000 tokens/s."""
+    n, s = 1_000_000, 100
+    assert bench.update_flops(n, 0, 64, [s], 1, False, False) == 6 * n * s
+    assert bench.update_flops(n, 0, 64, [s, s], 2, True, True) == 2 * (2 * 2 * n * s) * 2 + 2 * (2 * n * s)
+    assert bench.update_flops(n, 2, 64, [s], 1, False, False) == 3 * (2 * n * s + 2 * 2 * 64 * s * s)
+    params_1p5b, layers, kv_dim = 1.54e9, 28, 2 * 128
+    rate = bench.sampling_limit(params_1p5b, layers, kv_dim, 32, 600, 1024, 3.35e12)
+    assert 24_000 < rate < 28_000, rate
+    assert bench.sampling_limit(params_1p5b, layers, kv_dim, 256, 600, 1024, 3.35e12) > 2 * rate
+
+
+def test_bench_takes_release_records_that_bring_their_own_tasks(tmp_path, tasks):
+    """bench.py --solutions with records in the CUDA-L1 release's layout (each with its own
+    reference code) benchmarks them on their own tasks, as evaluate.py judges them."""
+    seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
+    path = tmp_path / "release.jsonl"
+    path.write_text(json.dumps(dict(level_id=1, task_id=19, ref_code=tasks["gelu"].code, custom_code=seed)) + "\n")
+    cfg = config.parse([f"--solutions={path}"])
+    [(task, sol)] = bench.seed_pairs(cfg, "cpp")
+    assert task.code == tasks["gelu"].code and sol.code == seed
+    assert bench.seed_pairs(config.parse([f"--solutions={path}"]), "cuda") == []  # another language
+
+
+@pytest.mark.slow
+def test_bench_step_times_a_stage3_step_and_costs_its_judging(cache, tmp_path):
+    """bench.py --what=step runs two steps of grpo.steps (crl.py's schedule) with the tiny model under LoRA (the step does
+    not depend on the mode, and a full model is built, prepared and trained by the same policy
+    and grpo calls in crl.py's tests), and prints each
+    part's seconds, with the judging of real candidates (the seeds) beside them; --overlap also
+    times steps whose judging is real, one part after another and overlapped."""
+    out = run_script("bench.py", ["--what=step", "--shapes=tiny", "--modes=lora", "--crl_tasks_per_step=1",
+                                  "--crl_samples=2", "--max_new_tokens=16", "--gen_batch=4", "--backend=cpu",
+                                  "--only=gelu", f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false",
+                                  "--timing_rounds=2", "--round_seconds=0.05", "--overlap"])
+    assert "judging: 2 seeds in" in out and "2 ok" in out and "nothing overlapped" in out, out
+    assert out.count("--overlap, 2 seeds judged a step (2 ok)") == 1 and out.count("not ok of 8: ") == 1, out
+    res = json.load(open(os.path.join(tmp_path, "bench", "step-1gpu.json")))
+    assert [(r["shape"], r["mode"]) for r in res["rows"]] == [("tiny", "lora")], res["rows"]
+    for r in res["rows"]:
+        assert r["tok_s"] > 0 and r["update_tokens"] > 0 and r["step_real_s"] >= r["judge_real_s"] > 0, r
+        assert r["sequential_s"] > 0 and r["overlap_s"] > r["wait_s"] >= 0, r
+
+
+@pytest.mark.slow
+def test_bench_commands_print_their_tables(cache, tmp_path):
+    """The README's bench.py commands (throughput, stability, sandbox) on one CPU task's two
+    seeds with short timing: each prints its table and writes its JSON; every seed is ok."""
+    common_args = ["--backend=cpu", f"--cache_dir={cache}", "--fresh_cache=false", f"--out={tmp_path}",
+                   "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
+    out = run_script("bench.py", ["--what=all", "--only=gelu", *common_args])
+    assert "throughput, 2 unique candidates" in out and "stability: speedup" in out, out
+    rows = {l.split()[0] + " " + l.split()[1]: l.split() for l in out.splitlines() if l.startswith(("cold cache", "warm cache"))}
+    assert set(rows) == {"cold cache", "warm cache"} and all(r[4] == "2/2" for r in rows.values()), out
+    assert "median difference" in out and "over 2 candidates" in out, out
+    res = json.load(open(os.path.join(tmp_path, "bench", "all-cpu.json")))
+    assert len(res["stability"]["rows"]) == 2 and res["throughput"]["inline_status"] == "ok"
+    out = run_script("bench.py", ["--what=sandbox", "--only=gelu", "--bench_repeats=1", *common_args])
+    assert "with the box" in out and "without" in out and "the box costs" in out and "not ok" not in out, out
+    assert ("protections in the box: all" in out) == (not sandbox.probe()), out
+    res = json.load(open(os.path.join(tmp_path, "bench", "sandbox-cpu.json")))
+    assert len(res["sandbox"]["with_box"]) == len(res["sandbox"]["without"]) == 1
+    assert res["sandbox"]["refused"] == sandbox.probe()
 
 
 # ---------------------------------------------------------------------------- evaluate.py
 
+@pytest.mark.slow
 def test_evaluate_cli_writes_results(cache, tmp_path):
     sols = os.path.join(HERE, "tasks", "seeds", "cpp")
     argv = ["--backend=cpu", "--tasks=builtin", f"--solutions={sols}", "--only=gelu,diag_matmul",
@@ -2259,6 +2492,7 @@ def test_time_account_says_which_side_bounds_a_run():
     assert a["gpus"][0]["timing"] == pytest.approx(0.2) and a["gpus"][0]["other"] == pytest.approx(0.8)
 
 
+@pytest.mark.slow
 def test_evaluate_journals_verdicts_and_resumes_after_an_interruption(cache, tmp_path, capsys):
     """Solutions mode writes each verdict as it lands; --resume reuses those of a journal with
     the same evaluator settings (a line torn by a kill skipped) and judges only the rest; other
@@ -2360,6 +2594,26 @@ def test_reference_only_mode(cache, tasks):
     assert vs[0].ref_ms > 0 and "boom" in vs[1].message
 
 
+def test_model_mode_task_table_marks_set_aside_and_spread():
+    """--checkpoint a,b --samples k: per task each checkpoint's mean over its samples (failures
+    as 0) ± sd, a task with a flagged sample marked set aside, and geometric means under it."""
+    V = kernels.Verdict
+    ts = [taskset.Task(n, "", "-") for n in ("gelu", "diag_matmul", "row_sum")]
+    vs = [V("gelu", "base:gelu/sample0", "ok", speedup=1.0), V("gelu", "base:gelu/sample1", "compile_error", "build_failed"),
+          V("gelu", "out/crl:gelu/sample0", "ok", speedup=2.0), V("gelu", "out/crl:gelu/sample1", "ok", speedup=1.5),
+          V("diag_matmul", "base:diag_matmul/sample0", "ok", speedup=30.0, flags=["input_independent"]),
+          V("diag_matmul", "out/crl:diag_matmul/sample0", "ok", speedup=40.0),
+          V("row_sum", "base:row_sum/sample0", "incorrect", "mismatch"),
+          V("row_sum", "out/crl:row_sum/sample0", "ok", speedup=0.5)]
+    lines = evaluate.ablation.aligned(evaluate.task_rows(ts, vs, ["base", "out/crl"]))
+    assert lines[0].split() == ["task", "base", "crl"] and all(len(line) < 120 for line in lines)
+    assert lines[1].split() == ["gelu", "0.500", "±", "0.707", "1.750", "±", "0.354"]
+    assert lines[2].startswith("diag_matmul (set aside) ")
+    assert lines[4].endswith("0.500 (1 of 2)  0.935 (2 of 2)")
+    # over base, per task: gelu only (row_sum's base is 0, diag_matmul set aside)
+    assert lines[5].split()[-2:] == ["1.000", "3.500"]
+
+
 def test_report_shows_why_builds_failed_and_whole_paths(monkeypatch, capsys):
     """The table says only compile_error: the first compiler error lines print under it (the
     build's framing and folder paths left out), and solution paths print whole; the workers'
@@ -2401,11 +2655,21 @@ def test_evaluate_prints_a_real_build_error(cache, tmp_path, monkeypatch, capsys
         "import torch\nimport kernels\n"
         "lib = kernels.load_cpp('extern \"C\" void f(float* y) { y[0] = not_declared_here; }')\n"
         "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    # the compiler counts lines from the string's start; the message cites the .py line too
+    (tmp_path / "sols" / "gelu" / "broken2.py").write_text(
+        "import torch\nimport kernels\nSRC = r'''\n#include <cmath>\n"
+        "extern \"C\" void f(float* y, long n) {\n    for (long i = 0; i < n; i++)\n        y[i] = missing_too;\n}\n"
+        "'''\nlib = kernels.load_cpp(SRC)\n"
+        "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
     monkeypatch.chdir(tmp_path)
     evaluate.main(["--solutions=sols", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
                    "--progress=false"])
     out = capsys.readouterr().out
-    assert "  gelu sols/gelu/broken.py: kernel.cpp:1:" in out and "not_declared_here" in out.split("compile errors")[1]
+    assert "  gelu sols/gelu/broken.py: line 3 (kernel.cpp:1:" in out and "not_declared_here" in out.split("compile errors")[1]
+    assert re.search(r"  gelu sols/gelu/broken2\.py: line 7 \(kernel\.cpp:5:\d+\): error: .missing_too. was not", out), out
+    # where no string literal of the file holds the cited line, the compiler's words are left as they were
+    log = "kernel.cu(2): error: bad\nkernel.cpp:9:1: error: past the end\n"
+    assert kernels.builds.cite_py(log, "x\nint y = z;\n", None) == log
 
 
 def test_evaluate_checks_model_mode_inputs_first(tmp_path):
@@ -2452,6 +2716,18 @@ def test_evaluate_says_why_there_is_nothing_to_evaluate(cache, tmp_path, tasks, 
     assert "; 1 matches no task of --tasks builtin (e.g. x/unrelated.py)" in msg and "name solutions after" in msg
 
 
+def test_a_misnamed_solution_is_complained_about_once(cache, tmp_path, capsys):
+    """A file named after no task: the error says so, with no "skipped" line before it saying it too."""
+    sol = tmp_path / "my_kernel.py"
+    sol.write_text(open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read())
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([f"--solutions={sol}", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
+                       "--progress=false"])
+    out = capsys.readouterr()
+    said = str(e.value) + out.out + out.err
+    assert said.count("my_kernel.py") == 1 and "matches no task" in said, said
+
+
 # ---------------------------------------------------------------------------- prompts.py
 
 def test_prompt_templates():
@@ -2494,7 +2770,7 @@ def test_parse_response_edge_cases(text, ok, err):
         assert p.error.startswith(err + ":")
 
 
-# ---------------------------------------------------------------------------- policy.py
+# ---------------------------------------------------------------------------- the tiny model: policy.py, sampler.py, decode.py, LoRA, FSDP2, the SFT loss
 
 TINY = ["--tiny_dim=32", "--tiny_layers=1", "--tiny_heads=2", "--tiny_vocab=1024", "--max_len=1024",
         "--max_new_tokens=8", "--progress=false", "--device=cpu"]
@@ -2517,7 +2793,6 @@ def test_tokenizer_round_trip_on_kernel_code(tiny):
     assert tok.decode(ids) == weird
 
 
-
 def test_tiny_tokenizer_holds_each_languages_seeds_in_whole_lines():
     """The tiny model learns Stage 1's data only while its tokenizer (the language's own
     corpus, vocabulary capped at tiny_vocab) holds seed lines as single tokens: trained on
@@ -2533,6 +2808,7 @@ def test_tiny_tokenizer_holds_each_languages_seeds_in_whole_lines():
             assert per_token >= 25, (path, per_token)
     cfg = config.parse(["--config", "small", "--device=cpu", "--backend=cpu"])
     assert policy.load(cfg)[1].get_vocab() == policy.build_tokenizer(policy.tiny_corpus("cpp"), cap).get_vocab()
+
 
 def test_completion_mask_excludes_prompt_and_padding(tiny):
     _, _, tok = tiny
@@ -2848,6 +3124,7 @@ SPLIT_KV_SHAPES = [(3, 6, 2, 32, 320, 250, 16), (2, 7, 1, 16, 128, 127, 64), (4,
                    (6, 5, 1, 64, 512, 300, 4), (2, 3, 3, 80, 256, 200, 8)]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(decode.triton is None, reason="no Triton")
 def test_split_kv_attention_matches_sdpa_in_the_triton_interpreter():
     """The decode attention kernel, run by Triton's interpreter on the CPU (a fresh process:
@@ -3017,6 +3294,7 @@ common.dist_teardown()
 """
 
 
+@pytest.mark.slow
 def test_fsdp2_update_equals_one_process(tmp_path):
     """FSDP2 on two CPU ranks (gloo): one GRPO update (two inner epochs, KL term) gives the
     weights one process gets on the same micro-batches; the checkpoint gathers them whole,
@@ -3217,7 +3495,7 @@ def test_help_after_the_smol_preset_shows_its_values(capsys):
         assert shown in text, shown
 
 
-# ---------------------------------------------------------------------------- grpo.py: the loss math
+# ---------------------------------------------------------------------------- grpo.py: the loss math and the update; crl.py's rewards; exemplars.py
 
 def test_reward_smoothing_and_zero_spread_groups():
     r = torch.tensor([0.0, 1.0, 2.0, 3.0])
@@ -3229,6 +3507,20 @@ def test_reward_smoothing_and_zero_spread_groups():
     assert (grpo.smooth_rewards(torch.tensor([2.0, 2.0, 2.0]), k=1.5) == 0).all()  # nothing to learn
     dr = grpo.smooth_rewards(torch.tensor([1.0, 1.2]), k=1.5, std_scale=False)
     assert torch.allclose(dr, torch.tensor([-0.1, 0.1]))  # Dr. GRPO: no std scaling
+
+
+def test_a_disturbed_timing_is_no_signal_to_the_update():
+    """Issue 56: a speedup timed under another process's load (`disturbed`) is left out of
+    the update: advantage 0, and its group smoothed over the others alone."""
+    import math
+    import crl
+    rows = [dict(status="ok", speedup=1.0, flags=[]), dict(status="ok", speedup=9.0, flags=["disturbed"]),
+            dict(status="ok", speedup=3.0, flags=["reused_output"]), None]
+    rewards = crl.update_rewards(rows, [1.0, 9.0, 3.0, 0.0])
+    assert math.isnan(rewards[1]) and rewards[0::2] == [1.0, 3.0] and rewards[3] == 0.0
+    adv = grpo.smooth_rewards(torch.tensor(rewards), k=1.5)
+    assert adv[1] == 0 and torch.allclose(adv[[0, 2, 3]], grpo.smooth_rewards(torch.tensor([1.0, 3.0, 0.0]), k=1.5))
+    assert (grpo.smooth_rewards(torch.tensor([2.0, math.nan]), k=1.5) == 0).all()  # one known reward: nothing to learn
 
 
 def test_clipped_surrogate():
@@ -3496,7 +3788,7 @@ def test_database_drops_a_torn_line(tmp_path):
     assert [r["source_hash"] for r in exemplars.Database(str(tmp_path / "db.jsonl")).rows] == ["a", "b", "d", "c"]
 
 
-# ---------------------------------------------------------------------------- the stages end to end (CPU)
+# ---------------------------------------------------------------------------- the stages end to end (CPU), and what they print
 
 def read_only(script, argv):
     """argv without the settings `script` does not read (it refuses them): the pipeline's
@@ -3526,6 +3818,7 @@ def pipeline(cache, tmp_path_factory):
     return out, argv, stdout
 
 
+@pytest.mark.slow
 def test_pipeline_runs_every_stage(pipeline):
     out, _, stdout = pipeline
     assert "running Stage 1" in stdout and "running Stage 2" in stdout
@@ -3584,6 +3877,7 @@ def test_curves_and_report_average_whole_passes_without_set_aside_tasks():
     assert crl.pass_steps(list(range(12)), 6) == 2 and crl.pass_steps(list(range(3)), 2) == 2
 
 
+@pytest.mark.slow
 def test_later_stages_start_from_a_given_checkpoint(pipeline, tmp_path):
     """The README's `selftrain.py --init_from out/small/sft --st_rounds N` and `crl.py
     --init_from out/small/selftrain --crl_steps N`, into a new output folder: each starts
@@ -3598,6 +3892,7 @@ def test_later_stages_start_from_a_given_checkpoint(pipeline, tmp_path):
     assert [r["step"] for r in log] == [1] and common.has_checkpoint(os.path.join(tmp_path, "small", "crl"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rates,speeds,st_keep,kept_trainings", [
     ((0.5, 0.8, 0.4), (1.0, 2.0, 3.0), "success", 1), ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "success", 2),
     ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "speedup", 1), ((0.5, 0.8, 0.9), (1.0, 2.0, 2.5), "speedup", 2)])
@@ -3706,6 +4001,7 @@ def _ctrl_c_reaches():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 def test_sft_resumes_after_ctrl_c(pipeline, tmp_path):
     """Stage 1 from a dataset on disk, stopped by a real SIGINT mid-run: the checkpoint saved
     on the way out, the message saying so, and the same command resuming to the end."""
@@ -3736,6 +4032,7 @@ def test_sft_resumes_after_ctrl_c(pipeline, tmp_path):
     assert log[-1] > step and log == sorted(set(log)), log  # no step trained twice, none skipped at the end
 
 
+@pytest.mark.slow
 def test_stage_1_interrupted_while_judging_starts_over(pipeline, tmp_path):
     """Ctrl-C while Stage 1 judges its teachers' samples: workers stopped, no dataset
     written; the same command judges them again (builds come from the cache) and trains."""
@@ -3760,6 +4057,7 @@ def test_stage_1_interrupted_while_judging_starts_over(pipeline, tmp_path):
     assert (base / "data.jsonl").exists() and common.is_done(str(base))
 
 
+@pytest.mark.slow
 def test_stages_1_2_under_torchrun_with_fsdp2(pipeline, tmp_path):
     """Stage 1 on two ranks with FSDP2 (gloo) gives the weights one process gets with
     grad_accum 2 (the same micro-batches per step); Stage 2 then samples and judges a share
@@ -3788,6 +4086,7 @@ def test_stages_1_2_under_torchrun_with_fsdp2(pipeline, tmp_path):
     assert common.is_done(str(tmp_path / "two" / "small" / "selftrain"))
 
 
+@pytest.mark.slow
 def test_crl_survives_kill_9_and_resumes(pipeline, tmp_path):
     """kill -9 in the middle of Stage 3: the database stays readable and a restart resumes
     from the last checkpoint."""
@@ -3821,6 +4120,7 @@ def test_crl_survives_kill_9_and_resumes(pipeline, tmp_path):
     assert log[-2:] == [step + 1, step + 2]
 
 
+@pytest.mark.slow
 def test_crl_resumes_after_ctrl_c(pipeline, tmp_path):
     """Stage 3 with --overlap (a step judged in a thread while the next is sampled) stopped by
     a real SIGINT mid-run: the message, workers stopped, the database intact; the same command
@@ -3855,12 +4155,29 @@ def test_crl_resumes_after_ctrl_c(pipeline, tmp_path):
     assert len(exemplars.Database(str(base / "db.jsonl")).rows) >= len(rows)
 
 
+@pytest.mark.slow
+def test_model_mode_draws_the_same_samples_from_the_same_weights(pipeline):
+    """Common random numbers: each checkpoint samples from the same generator state, so the
+    same weights give the same code whatever was sampled before (stage comparisons)."""
+    import evaluate
+    out, _, _ = pipeline
+    ck = os.path.join(out, "small", "sft")
+    cfg = config.parse([*TINY, "--samples=3", "--temperature=1.0", "--progress=false"])
+    tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), "gelu")
+    first = evaluate.sample_pairs(cfg, tasks, "cpp", ck)
+    torch.rand(1000)  # the generator moves on, as sampling another checkpoint moves it
+    again = evaluate.sample_pairs(cfg, tasks, "cpp", ck)
+    texts = [[s["text"] for s in d["samples"]] for d in (first[0], again[0])]
+    assert texts[0] == texts[1] and len(texts[0]) == 3
+
+
+@pytest.mark.slow
 def test_evaluate_model_mode_compares_checkpoints(pipeline, cache, tmp_path):
     out, _, _ = pipeline
     ck = os.path.join(out, "small", "sft")
     stdout = run_script("evaluate.py", ["--only=gelu", "--samples=2", f"--checkpoint=base,{ck}", f"--cache_dir={cache}",
                                         f"--out={tmp_path}", *TINY, "--timing_rounds=2", "--round_seconds=0.05"])
-    assert "comparison" in stdout and ck[-32:] in stdout
+    assert "comparison" in stdout and ck[-32:] in stdout and "geomean per task over base" in stdout
     [path] = glob.glob(str(tmp_path / "evaluate" / "*.json"))
     res = json.load(open(path))
     assert len(res["verdicts"]) == 4 and len(res["samples"]) == 4
@@ -4019,6 +4336,7 @@ def test_file_teacher_reads_the_cuda_l1_layout(tmp_path, tasks):
         sft.teacher_stream("gpt:x", [], cfg, "cpp")
 
 
+@pytest.mark.slow
 def test_sft_with_a_file_teacher_end_to_end(cache, tmp_path, tasks):
     """The README's `sft.py --config small --teachers file:<release>`: records that bring
     their own reference are judged against it, kept, and trained on; a broken file stops
@@ -4110,6 +4428,22 @@ def test_builtin_teacher_mutates_and_the_filter_matters(tasks):
     assert list(sft.teacher_stream("builtin", [taskset.Task("nosuch", tasks["gelu"].code, "-")], cfg, "cpp")) == []
 
 
+@pytest.mark.slow
+def test_hf_teacher_samples_a_local_checkpoint(pipeline, tasks):
+    out, _, _ = pipeline
+    ck = os.path.join(out, "small", "sft")
+    cfg = config.parse(TINY + ["--attempts=2", "--max_new_tokens=16", "--temperature=0"])
+    got = list(sft.teacher_stream(f"hf:{ck}", [tasks["gelu"], tasks["row_sum"]], cfg, "cpp"))
+    assert [t.name for t, _ in got] == ["gelu", "gelu", "row_sum", "row_sum"]
+    # greedy: each reply is what that checkpoint itself says to the task's prompt
+    model, tok = policy.load(cfg, ck)
+    for task, text in got:
+        [[want]] = policy.generate(model, tok, [prompts.task_prompt(task.code, "cpp")], cfg, n=1, progress=False)
+        assert text and text == want.text, (task.name, text, want.text)
+    with pytest.raises(FileNotFoundError):
+        list(sft.teacher_stream("hf:/no/such/model", [tasks["gelu"]], cfg, "cpp"))
+
+
 # ---------------------------------------------------------------------------- torchrun (gloo on CPU)
 
 def torchrun(script, argv, nproc=2, timeout=900):
@@ -4120,6 +4454,7 @@ def torchrun(script, argv, nproc=2, timeout=900):
     return r.stdout
 
 
+@pytest.mark.slow
 def test_evaluate_under_torchrun_matches_one_process(cache, tmp_path):
     sols = os.path.join(HERE, "tasks", "seeds", "cpp")
     argv = ["--backend=cpu", f"--solutions={sols}", "--only=gelu,diag_matmul,row_sum", f"--cache_dir={cache}",
@@ -4132,6 +4467,7 @@ def test_evaluate_under_torchrun_matches_one_process(cache, tmp_path):
     assert [(v["task"], v["solution"], v["status"]) for v in got] == [(v.task, v.solution, v.status) for v in one]
 
 
+@pytest.mark.slow
 def test_evaluate_model_mode_under_torchrun(pipeline, cache, tmp_path):
     """The README's `torchrun ... evaluate.py --samples 4 --checkpoint <ck>`: each rank samples
     its share of the tasks and judges a share of the samples; rank 0 reports them all."""
@@ -4148,6 +4484,7 @@ def test_evaluate_model_mode_under_torchrun(pipeline, cache, tmp_path):
     assert len({n for _, n in got}) == 4 and len(res["samples"]) == 4 and set(res["summary"]) == {ck}
 
 
+@pytest.mark.slow
 def test_crl_under_torchrun_keeps_ranks_in_sync(pipeline, tmp_path):
     """Two ranks (gloo): each samples and judges its share of prompts; the database and the
     weights stay identical on both (crl.py checks this every step and stops if not)."""
@@ -4168,6 +4505,8 @@ def test_crl_under_torchrun_keeps_ranks_in_sync(pipeline, tmp_path):
     model, _, _ = policy.load_checkpoint(str(tmp_path / "small" / "crl"), config.parse(args))
     assert crl.param_checksum(model) == pytest.approx(log[-1]["ranks"][0][1], rel=1e-9)
 
+
+# ---------------------------------------------------------------------------- the policy on a GPU
 
 @gpu
 @needs_cuda
@@ -4336,7 +4675,7 @@ def test_training_forward_on_gpu_matches_the_cpu(tiny):
     rounding and gradients pointing the same way, on a right-padded batch (the unmasked,
     causal-only path) and a left-padded one (the masked path), sequences of 100-700 tokens.
     On the H100 both paths gave log-probs 0.026 apart on average (0.17 at most) and gradients
-    at cosine 0.9997 (results/LOG.md, fifteenth session)."""
+    at cosine 0.9997 (results/LOG.md, "2026-11-25: split-KV decode attention")."""
     cfg, _, tok = tiny
     model = lively(cfg, tok, std=0.1)
     g = torch.Generator().manual_seed(0)
@@ -4400,57 +4739,6 @@ def test_bf16_training_on_gpu(tiny):
         assert all(torch.equal(q, m.to(torch.bfloat16)) for q, m in zip(model.parameters(), opt.masters))
 
 
-def test_hf_teacher_samples_a_local_checkpoint(pipeline, tasks):
-    out, _, _ = pipeline
-    ck = os.path.join(out, "small", "sft")
-    cfg = config.parse(TINY + ["--attempts=2", "--max_new_tokens=16", "--temperature=0"])
-    got = list(sft.teacher_stream(f"hf:{ck}", [tasks["gelu"], tasks["row_sum"]], cfg, "cpp"))
-    assert [t.name for t, _ in got] == ["gelu", "gelu", "row_sum", "row_sum"]
-    # greedy: each reply is what that checkpoint itself says to the task's prompt
-    model, tok = policy.load(cfg, ck)
-    for task, text in got:
-        [[want]] = policy.generate(model, tok, [prompts.task_prompt(task.code, "cpp")], cfg, n=1, progress=False)
-        assert text and text == want.text, (task.name, text, want.text)
-    with pytest.raises(FileNotFoundError):
-        list(sft.teacher_stream("hf:/no/such/model", [tasks["gelu"]], cfg, "cpp"))
-
-
-def test_reference_state_check_sees_weights_and_hooks_and_passes_a_dropped_float64_copy():
-    """Harness.check_reference: a weight changed in place or a hook added is reference_changed;
-    a float64 copy dropped after its run failed (None) is no longer checked, not an error."""
-    from kernels.harness import Harness, Reject
-    h = Harness.__new__(Harness)
-    ref = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
-    state = h.reference_state(ref)
-    h.check_reference(ref, state, "a call")  # unchanged
-    h.check_reference(None, state, "a call")  # dropped
-    with torch.no_grad():
-        ref[0].weight[1, 2] += 1e-3
-    with pytest.raises(Reject, match="weights"):
-        h.check_reference(ref, state, "a call")
-    state = h.reference_state(ref)
-    ref[1].register_forward_pre_hook(lambda m, a: None)
-    with pytest.raises(Reject, match="hooks"):
-        h.check_reference(ref, state, "a call")
-    # BatchNorm in training mode: a call of the reference changes its running statistics;
-    # after reference_ran those are its own, and a weight changed later still shows
-    bn = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
-    state = h.reference_state(bn)
-    with torch.no_grad():
-        bn(torch.randn(8, 4))
-    with pytest.raises(Reject, match="weights"):
-        h.check_reference(bn, state, "a call")  # not yet known as its own
-    h.reference_ran(bn, state)
-    with torch.no_grad():
-        bn(torch.randn(8, 4))
-    h.check_reference(bn, state, "a call")
-    with torch.no_grad():
-        bn[1].weight[0] += 1.0
-    h.reference_ran(bn, state)  # a parameter is never the reference's own to change
-    with pytest.raises(Reject, match="weights"):
-        h.check_reference(bn, state, "a call")
-
-
 # ---------------------------------------------------------------------------- the stage comparison over seeds (evaluate.py --runs)
 
 def _stage(success, mean, fast_1, per_task):
@@ -4493,6 +4781,26 @@ def test_ablation_aggregates_seeds():
     rows = ablation.stage_table(agg)
     assert [r[0] for r in rows] == ["stage", "sft", "crl-random", "crl"]
     assert [r[-1] for r in rows[1:]] == ["1.14", "2.14", "3.12"] and rows[3][3] == "2.000 ± 1.000 [1.000, 3.000]"
+
+
+def test_ablation_interval_from_the_draw_of_the_samples():
+    """The paired bootstrap over each task's k samples: identical checkpoints (common random
+    numbers: the same draws) give exactly 1, a checkpoint twice as fast exactly 2, and the
+    interval of a noisy pair holds its point ratio; the ratio table prints it per run."""
+    import ablation
+    a = {"gelu": [1.0, 2.0, 0.0, 1.0], "diag": [20.0, 20.0, 0.0, 20.0], "aside": [50.0, 0.0, 0.0, 0.0]}
+    assert ablation.paired_interval(a, a, {"aside"}) == {"mean": (1.0, 1.0), "per task": (1.0, 1.0)}
+    twice = {t: [2 * x for x in xs] for t, xs in a.items()}
+    assert ablation.paired_interval(twice, a) == {"mean": (2.0, 2.0), "per task": (2.0, 2.0)}
+    b = {"gelu": [1.0, 1.0, 1.0, 1.0], "diag": [20.0, 0.0, 0.0, 20.0]}
+    iv = ablation.paired_interval(a, b)
+    assert iv["mean"][0] < (1.0 + 15.0) / (1.0 + 10.0) < iv["mean"][1]
+    assert ablation.paired_interval({"gelu": [1.0]}, {"gelu": [2.0]}) is None  # one sample: no draw to redo
+    runs = {"s0": {st: dict(mean_speedup=sum(sum(x) / len(x) for x in d.values()) / len(d), samples=d,
+                            per_task={t: sum(x) / len(x) for t, x in d.items()}) for st, d in (("crl", a), ("sft", b))}}
+    r = ablation.ratios(runs, pairs=(("crl", "sft"),))
+    lo, hi = r["intervals"]["s0"]["crl/sft"]
+    assert f"[{lo:.2f}, {hi:.2f}]" in ablation.ratio_table(r)[1][1]
 
 
 def test_ablation_sets_aside_flagged_tasks():
