@@ -1994,6 +1994,56 @@ def test_without_root_a_process_cannot_hide_from_the_watch():
     assert (shown, hit) == (False, None) and (hidden, why) == (True, "hidden_process"), seen
 
 
+_PEEKS = """
+import os
+
+import torch
+import torch.nn as nn
+
+SEEN = []
+for top in ["/tmp", *PLACES]:  # every evaluator's job folders, its outputs and results, the registry
+    for root, _, files in os.walk(top):
+        for name in files:
+            try:
+                with open(os.path.join(root, name), errors="ignore") as f:
+                    if MARK in f.read(100000):
+                        SEEN.append(os.path.join(root, name))
+            except OSError:
+                pass
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.nn.functional.gelu(x)
+        return y + 1 if SEEN else y
+"""
+
+
+def test_a_job_sees_no_other_evaluators_jobs_results_or_sources(cache, tasks, tmp_path):
+    """Another evaluator on the machine (torchrun starts one per rank): its job folders (a
+    candidate's source in one), its --out (saved results) and the registry that tells each
+    evaluator the others' folders stay out of this one's jobs. The candidate reads everything
+    it can find and answers wrong if it saw the other's secrets. Without the registry and the
+    kernels-* rule in the job's /tmp, both were readable (the job folders read-only)."""
+    if "private mounts" in sandbox.probe() or "files" in sandbox.probe():
+        pytest.skip("no mount namespace of a job's own here: other folders cannot be covered")
+    mark = f"secret-{os.urandom(8).hex()}"  # this run's: not in the candidate's own source, nor left by another run
+    out = tmp_path / "other-out"
+    (out / "evaluate").mkdir(parents=True)
+    (out / "evaluate" / "results.json").write_text(f'{{"code": "{mark} result"}}')
+    with make_eval(cache, "cpu", out=str(out)) as other:
+        os.makedirs(os.path.join(other.tmp, "7"))
+        with open(os.path.join(other.tmp, "7", "candidate.py"), "w") as f:
+            f.write(f"# {mark} source\n")
+        code = _PEEKS.replace("[\"/tmp\", *PLACES]", repr(["/tmp", str(out)])).replace(
+            "SEEN = []", f"SEEN = []\nMARK = {mark[:9]!r} + {mark[9:]!r}")
+        with make_eval(cache, "cpu") as ev:
+            [v] = ev.evaluate([(tasks["gelu"], code)])
+            assert v.ok, (v.status, v.reason, v.message)
+            assert other.registered and str(out) in sandbox.others_hidden(ev.registered)
+    assert not other.registered or not os.path.exists(other.registered)  # gone with its evaluator
+
+
 def test_without_root_the_network_is_cut_through_a_user_namespace():
     """The probe as an unprivileged user (nobody), where the kernel allows user namespaces:
     the network is cut all the same (CUDA run workers too: they start CUDA inside the box).

@@ -98,10 +98,11 @@ class Evaluator:
         # holds what a job needs (an --out of /tmp or ~ would hold the code, Python or cache)
         import sys
         project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        needed = [project, sys.prefix, sys.base_prefix, self.cache]
+        self.needed = [project, sys.prefix, sys.base_prefix, self.cache]
         self.hidden = [h for h in (os.path.abspath(self.cfg["out"]), os.path.join(project, "results"))
-                       if not any(n == h or n.startswith(h + os.sep) for n in needed)]
+                       if not self._holds_needed(h)]
         self.hidden += [self.tmp, os.path.join(self.cache, "programs")]
+        self.registered = sandbox.register_hidden(self.hidden)  # for the jobs of every other evaluator
         cores = sorted(os.sched_getaffinity(0))
         if self.device == "cuda":
             import torch
@@ -175,7 +176,12 @@ class Evaluator:
             p.join(5)
             g.close(tries=100)
         shutil.rmtree(self.tmp, ignore_errors=True)
+        sandbox.unregister_hidden(self.registered)
         self.host.close()
+
+    def _holds_needed(self, folder):
+        """Would covering folder cover what a job needs (the project, Python, the cache)?"""
+        return any(n == folder or n.startswith(folder + os.sep) for n in self.needed)
 
     @contextlib.contextmanager
     def host_gpu(self):
@@ -221,7 +227,10 @@ class Evaluator:
                    HOME=workdir, TMPDIR=workdir)
         return dict(task_code=task.code, task_hash=task.hash, code=code, source_hash=src_hash,
                     reference_cache=self.reference_cache,
-                    hidden=self.hidden + sandbox.forkserver_folder(),  # listed per job: others start later
+                    # listed per job: forkservers and other evaluators (their job folders, results,
+                    # outputs, whoever started them) come and go
+                    hidden=self.hidden + sandbox.forkserver_folder() +
+                    [h for h in sandbox.others_hidden(self.registered) if not self._holds_needed(h)],
                     pid_namespace=self.pid_namespace,
                     device=self.device, language=self.language, cfg=self.cfg, workdir=workdir, env=env,
                     seed=int.from_bytes(os.urandom(3), "little"), task_name=task.name)

@@ -32,6 +32,7 @@ import glob
 import os
 import signal
 import stat
+import tempfile
 import time
 
 try:
@@ -420,6 +421,69 @@ def leave_evaluator_channels():
 PRIVATE_TMP = False  # this job's /tmp is its own (_private_tmp)
 
 
+# Every live Evaluator lists here what its jobs must not see (its job folders, its outputs,
+# the project's results), so that each covers the others' too, whoever started them. A
+# folder of /tmp, so shared by every user (sticky, like /tmp); in a job's own /tmp it is
+# gone with the other evaluators' job folders (_private_tmp).
+REGISTRY = "/tmp/kernels-evaluators"
+
+
+def register_hidden(hidden):
+    """List this process's Evaluator's hidden folders -> the entry's path (None where /tmp
+    refuses it: its own jobs are covered all the same, other evaluators' jobs just not told)."""
+    import json
+    try:
+        os.makedirs(REGISTRY, exist_ok=True)
+        try:
+            os.chmod(REGISTRY, 0o1777)  # the first evaluator on the machine made it: open it to all
+        except PermissionError:
+            pass  # another user's: already open
+        fd, tmp = tempfile.mkstemp(dir=REGISTRY, prefix=f"{os.getpid()}-", suffix=".part")
+        with os.fdopen(fd, "w") as f:
+            json.dump(list(hidden), f)
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, tmp[:-len(".part")] + ".json")
+        return tmp[:-len(".part")] + ".json"
+    except OSError:
+        return None
+
+
+def unregister_hidden(path):
+    if path:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def others_hidden(own=None):
+    """The folders every other live Evaluator on this machine hides from its jobs (entries of
+    processes gone are removed where we may)."""
+    import json
+    out = []
+    try:
+        names = os.listdir(REGISTRY)
+    except OSError:
+        return out
+    for name in names:
+        path = os.path.join(REGISTRY, name)
+        if path == own or not name.endswith(".json"):
+            continue
+        try:
+            os.kill(int(name.split("-")[0]), 0)
+        except ProcessLookupError:
+            unregister_hidden(path)  # its evaluator is gone (killed before it could close)
+            continue
+        except (PermissionError, ValueError):
+            pass  # another user's, alive
+        try:
+            with open(path) as f:
+                out += [h for h in json.load(f) if isinstance(h, str)]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def _private_tmp(hidden):
     """A /tmp of the job's own: a fresh tmpfs, where what was in /tmp when the job began (a
     virtual environment, a checkout may live there) is bound back read-only, but for the
@@ -435,8 +499,9 @@ def _private_tmp(hidden):
         for name in names:
             p = os.path.join("/tmp", name)
             # any forkserver's folder, also one another program started after the Evaluator
-            # listed them for this job (forkserver_folder): its socket forks for anyone
-            if p not in hidden and not name.startswith("pymp-"):
+            # listed them for this job (forkserver_folder): its socket forks for anyone; and
+            # every evaluator's job folders and the registry (kernels-*), whoever started it
+            if p not in hidden and not name.startswith(("pymp-", "kernels-")):
                 held[name] = (os.open(p, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC),
                               os.readlink(p) if os.path.islink(p) else None)
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size=2g,nr_inodes={TMPFS_FILES}")
