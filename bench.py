@@ -366,6 +366,7 @@ def policy_bench(cfg):
     import torch
     import common
     import grpo
+    import optim
     import policy
     import prompts
     import sampler
@@ -438,7 +439,7 @@ def policy_bench(cfg):
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             ref = policy.reference(c, model, c["model"])
-            opt = grpo.optimizer(model, 1e-6, c)
+            opt = optim.optimizer(model, 1e-6, c)
             gen = torch.Generator().manual_seed(0)
             rollouts = [grpo.Rollout(s.prompt_ids, s.ids, float(torch.randn(1, generator=gen)))
                         for g in outs for s in g]
@@ -484,6 +485,7 @@ def step_bench(cfg):
     import torch
     import common
     import grpo
+    import optim
     import policy
     import prompts
     import sampler
@@ -513,7 +515,7 @@ def step_bench(cfg):
             model, tok = policy.load(c, train=True)
             ref = policy.reference(c, model, c["model"])  # as crl.py: the frozen start, then FSDP2
             model = policy.prepare(model, c, world)
-            opt = grpo.optimizer(model, c["crl_lr"], c)
+            opt = optim.optimizer(model, c["crl_lr"], c)
             smp = sampler.Sampler(policy.unwrap(model), c)
             msgs = [prompts.task_prompt(t.code, language) for t in mine]
             with kernels.Evaluator(c, time_candidates=True, progress=False) as ev:

@@ -200,7 +200,7 @@ def is_done(out):
 # Out, on purpose: only (picks tasks of the same set: narrowing or widening a resumed run is
 # legitimate), config and exemplars (they name the folder, so always agree), seed (the
 # checkpoint holds the weights and RNG state), dtype (either loads the weights, and
-# grpo.optimizer takes either's optimizer state), teachers (the dataset on disk is what a
+# optim.optimizer takes either's optimizer state), teachers (the dataset on disk is what a
 # resume uses, as sft.py says), and rates, lengths, step counts and evaluator settings: they
 # change how a run goes on, not what it continues (--crl_steps is how Stage 3 goes on).
 MADE_WITH = ("model", "tiny_dim", "tiny_layers", "tiny_heads", "tiny_vocab", "lora_rank", "lora_alpha",

@@ -35,6 +35,7 @@ import config
 import exemplars
 import grpo
 import kernels
+import optim
 import policy
 import prompts
 import sampler
@@ -234,7 +235,7 @@ def run(cfg):
     # the KL reference: the model Stage 3 started from
     ref_logprobs = policy.reference(cfg, model, start_from)
     model = policy.prepare(model, cfg, world)  # FSDP2 shards under torchrun with --fsdp
-    opt = grpo.optimizer(model, cfg["crl_lr"], cfg, state)
+    opt = optim.optimizer(model, cfg["crl_lr"], cfg, state)
     tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
     db = exemplars.Database(os.path.join(out, "db.jsonl"), repair=rank == 0)
     os.makedirs(os.path.join(out, "samples"), exist_ok=True)

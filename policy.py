@@ -147,7 +147,7 @@ def load(cfg, path=None, train=False):
     """-> (model, tokenizer). path: a checkpoint folder, a local model or a hub name; None
     means cfg["model"], and "" there builds the tiny model (untrained). Training keeps fp32
     weights (the master copy; forward passes autocast to bf16 on GPU), or with dtype bf16
-    bf16 weights whose fp32 masters the optimizer keeps (grpo.Bf16Master); inference loads
+    bf16 weights whose fp32 masters the optimizer keeps (optim.Bf16Master); inference loads
     bf16 on GPU unless dtype says otherwise. With lora_rank > 0, training wraps the model in
     LoRA adapters (its frozen base in bf16 on GPU); a LoRA checkpoint (an adapter folder)
     loads onto its base, trainable for training, merged into plain weights for inference."""
@@ -554,7 +554,7 @@ class Sharded(torch.nn.Module):
 def prepare(model, cfg, world):
     """The model as training uses it: itself, or with fsdp on under torchrun, Sharded:
     fp32 master shards, bf16 compute, fp32 gradient reduction (FSDP2 averages gradients
-    over ranks; grpo.all_reduce_grads turns the average back into the sum the losses
+    over ranks; optim.all_reduce_grads turns the average back into the sum the losses
     are normalised for). --compile_update compiles each decoder layer (shapes dynamic: one
     compile serves every batch) and the log-prob arithmetic (logp_of)."""
     if cfg.get("compile_update") and cfg["fsdp"] and world > 1:  # layers compiled in place, then sharded: not run yet

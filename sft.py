@@ -27,8 +27,8 @@ import time
 
 import common
 import config
-import grpo
 import kernels
+import optim
 import policy
 import prompts
 import taskset
@@ -274,7 +274,7 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
     batches = schedule(data, cfg, max(1, epochs))
     per_step = cfg["grad_accum"] * world
     total = math.ceil(len(batches) / per_step)
-    opt = grpo.optimizer(model, lr, cfg, state)
+    opt = optim.optimizer(model, lr, cfg, state)
     start = state.get("step", 0)
     extra = dict(state.get("extra") or {}, done=False)
     model.train()
@@ -297,7 +297,7 @@ def finetune(cfg, data, out, model, tok, state, epochs, lr, tag="sft", rank=0, w
                 (loss * weight / per_step).backward()
                 loss_sum += weight * loss.item() / per_step
                 tokens += int(weight * b["attention_mask"].sum())
-            norm = grpo.reduce_and_clip(model, opt, world, cfg["grad_clip"])
+            norm = optim.reduce_and_clip(model, opt, world, cfg["grad_clip"])
             opt.step()
             opt.zero_grad(set_to_none=True)
             if world > 1:  # the step's loss and tokens over all ranks

@@ -34,6 +34,7 @@ import exemplars
 import grpo
 import kernels
 from kernels import correctness, gate, limits, sandbox, verdicts
+import optim
 import policy
 import prompts
 import sampler
@@ -3256,7 +3257,7 @@ def test_sampling_copy_follows_the_training_weights(tiny):
     smp = sampler.Sampler(model, cfg)
     smp.model = sampler.whole_copy(model, torch.bfloat16)  # what __init__ does for fp32 on a GPU
     storage = {n: p.data_ptr() for n, p in smp.model.named_parameters()}
-    opt = grpo.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
+    opt = optim.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
     ids = torch.tensor([policy.prompt_ids(tok, [dict(role="user", content="gelu")]) + [5, 6, 7, 8]])
     mask = torch.ones_like(ids)
     (-policy.completion_logprobs(model, ids, mask).mean()).backward()
@@ -3290,7 +3291,7 @@ def test_lora_trains_adapters_and_checkpoints_load_plainly(tiny, tmp_path):
     with torch.no_grad():
         before = policy.completion_logprobs(model, ids, mask)
     ref = policy.reference(cfg, model, "")
-    opt = grpo.optimizer(model, 5e-2, cfg)
+    opt = optim.optimizer(model, 5e-2, cfg)
     for _ in range(3):
         (-policy.completion_logprobs(model, ids, mask).mean()).backward()
         opt.step()
@@ -3334,7 +3335,7 @@ if world > 1:
     mine = rolls[rank::world]
 else:  # the ranks' micro-batches, in the same order
     mine = rolls[0::2] + rolls[1::2]
-opt = grpo.optimizer(model, 1e-3, cfg)
+opt = optim.optimizer(model, 1e-3, cfg)
 grpo.train_step(cfg, model, ref, opt, tok, mine, world)
 smp = sampler.Sampler(policy.unwrap(model), cfg)
 policy.save_checkpoint(sys.argv[1], model, tok, opt, 1, cfg, write=rank == 0)
@@ -3511,7 +3512,7 @@ def test_smol_sampler_and_generate_give_the_same_greedy_tokens(smol):
 
 @pytest.mark.slow
 def test_smol_one_sft_step_lowers_the_loss_on_a_seed(smol, monkeypatch, tmp_path, tasks):
-    """One Stage 1 step (sft.finetune: policy.sft_batch, grpo.optimizer, the preset's lr) on
+    """One Stage 1 step (sft.finetune: policy.sft_batch, optim.optimizer, the preset's lr) on
     a seed solution: the loss on that example falls. Loaded for training as Stage 1 loads it;
     max_len 512 (the prompt's 391 tokens and the reply's first 121) keeps the step short."""
     cfg, _, _, models = smol
@@ -3636,7 +3637,7 @@ def test_one_update_moves_logprobs_the_right_way(tiny):
 
 
 def test_bf16_weights_train_through_fp32_masters(tiny, tmp_path):
-    """--dtype bf16 in training: grpo.optimizer gives Bf16Master. Updates far below a weight's
+    """--dtype bf16 in training: optim.optimizer gives Bf16Master. Updates far below a weight's
     bf16 step add up in the fp32 masters (plain AdamW on bf16 weights loses them: the weights
     of magnitude 0.25 or more stay put); micro-batches' gradients are summed in fp32 in the
     masters; the masters come back from a checkpoint bit for bit; the bf16 LM head gives the
@@ -3649,8 +3650,8 @@ def test_bf16_weights_train_through_fp32_masters(tiny, tmp_path):
     def trained(model, opt, steps):
         for _ in range(steps):
             (-policy.completion_logprobs(model, ids, mask).mean()).backward()
-            if isinstance(opt, grpo.Bf16Master):
-                grpo.reduce_and_clip(model, opt, 1, 1e9)
+            if isinstance(opt, optim.Bf16Master):
+                optim.reduce_and_clip(model, opt, 1, 1e9)
             opt.step()
             opt.zero_grad(set_to_none=True)
 
@@ -3662,16 +3663,16 @@ def test_bf16_weights_train_through_fp32_masters(tiny, tmp_path):
             big.uniform_(0.25, 0.5)
         start = big.detach().clone()
         kw = dict(lr=3e-4, weight_decay=0.0)
-        opt = grpo.optimizer(model, cfg=dict(cfg, weight_decay=0.0), lr=3e-4) if name == "masters" else \
+        opt = optim.optimizer(model, cfg=dict(cfg, weight_decay=0.0), lr=3e-4) if name == "masters" else \
             torch.optim.AdamW(model.parameters(), **kw)
-        assert isinstance(opt, grpo.Bf16Master) == (name == "masters")
+        assert isinstance(opt, optim.Bf16Master) == (name == "masters")
         trained(model, opt, 12)  # 12 x 3e-4 is about one bf16 step of a weight near 0.4
         w[name] = (big != start).float().mean().item()
     assert w["masters"] > 0.5 and w["plain"] < 0.05, w
 
     # gradients of two backward passes summed in fp32 in the masters, none left on the weights
     model = policy.build_tiny(cfg, tok).to(torch.bfloat16)
-    opt = grpo.optimizer(model, 1e-3, cfg)
+    opt = optim.optimizer(model, 1e-3, cfg)
     halves = []
     for half in (ids[:1], ids[1:]):
         (-policy.completion_logprobs(model, half, mask[:1]).sum()).backward()
@@ -3684,7 +3685,7 @@ def test_bf16_weights_train_through_fp32_masters(tiny, tmp_path):
                for m, a, b in zip(opt.masters, *halves))
     opt.step()
     saved = opt.state_dict()
-    again = grpo.optimizer(policy.build_tiny(cfg, tok).to(torch.bfloat16), 1e-3, cfg, dict(optimizer=saved))
+    again = optim.optimizer(policy.build_tiny(cfg, tok).to(torch.bfloat16), 1e-3, cfg, dict(optimizer=saved))
     assert all(torch.equal(a, b) and a.dtype == torch.float32 for a, b in zip(again.masters, opt.masters))
     assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(again.params, again.masters))
 
@@ -4602,7 +4603,7 @@ def test_fast_sampler_on_gpu(tiny):
     assert graphs.decoder.compactions >= 1 and len({len(r[0]) for r in a if r[2]}) >= 3, [len(r[0]) for r in a]
     model = lively(cfg, tok, std=0.1).cuda()  # milder logits: bf16 rounding stays small
     graphs = sampler.Sampler(model, cfg)
-    opt = grpo.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
+    opt = optim.optimizer(model, 1e-2, dict(cfg, weight_decay=0.0))
     for step in range(2):
         torch.manual_seed(step)
         rows = graphs.sample(ps[:8], 40, 1.0, 0.95, list(range(0, len(tok), 25)))
@@ -4769,8 +4770,8 @@ def test_bf16_training_on_gpu(tiny):
     t = torch.randint(0, 500, (3, 7), device="cuda")
     want = policy._chunk_logp(h.float(), w.float(), None, t, 1.0)
     assert torch.allclose(policy._chunk_logp(h, w, None, t, 1.0), want, atol=1e-3)
-    opt = grpo.optimizer(model, 1e-2, cfg)
-    assert isinstance(opt, grpo.Bf16Master)
+    opt = optim.optimizer(model, 1e-2, cfg)
+    assert isinstance(opt, optim.Bf16Master)
     ps = [policy.prompt_ids(tok, [dict(role="user", content="kernel" + " op" * k)]) for k in range(1, 9)]
     for step in range(2):
         torch.manual_seed(step)
@@ -4782,7 +4783,7 @@ def test_bf16_training_on_gpu(tiny):
             assert (again - torch.tensor(lps, device="cuda")).abs().max() < 0.1
         before = [q.detach().clone() for q in model.parameters()]
         (-policy.completion_logprobs(model, bt["input_ids"], bt["attention_mask"]).mean()).backward()
-        assert grpo.reduce_and_clip(model, opt, 1, 1.0) > 0
+        assert optim.reduce_and_clip(model, opt, 1, 1.0) > 0
         opt.step()
         opt.zero_grad()
         assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
