@@ -40,6 +40,7 @@ import prompts
 import sampler
 import sft
 import taskset
+import tiny as tiny_lm  # the module (a fixture is named tiny)
 import weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -2851,14 +2852,14 @@ def test_tiny_tokenizer_holds_each_languages_seeds_in_whole_lines():
     tokens (17 characters a token at worst) and Stage 1's loss on the H100 stalled at 0.3."""
     cap = config.DEFAULTS["tiny_vocab"]
     for language in config.LANGUAGES:
-        tok = policy.build_tokenizer(policy.tiny_corpus(language), cap)
+        tok = tiny_lm.build_tokenizer(tiny_lm.corpus(language), cap)
         assert len(tok) < cap, f"{language}: the merges ran into the vocabulary cap"
         for path in glob.glob(os.path.join(HERE, "tasks", "seeds", language, "*", "*.py")):
             text = prompts.completion(open(path).read())
             per_token = len(text) / len(tok(text, add_special_tokens=False)["input_ids"])
             assert per_token >= 25, (path, per_token)
     cfg = config.parse(["--config", "small", "--device=cpu", "--backend=cpu"])
-    assert policy.load(cfg)[1].get_vocab() == policy.build_tokenizer(policy.tiny_corpus("cpp"), cap).get_vocab()
+    assert policy.load(cfg)[1].get_vocab() == tiny_lm.build_tokenizer(tiny_lm.corpus("cpp"), cap).get_vocab()
 
 
 def test_completion_mask_excludes_prompt_and_padding(tiny):
@@ -2941,7 +2942,7 @@ def lively(cfg, tok, seed=1, std=0.3):
     """A tiny model with large random weights: its greedy replies differ from row to row
     (a freshly initialised one repeats one token), so stop tokens end rows at different steps."""
     torch.manual_seed(seed)
-    model = policy.build_tiny(cfg, tok)
+    model = tiny_lm.build_model(cfg, tok)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
@@ -3371,7 +3372,7 @@ def test_fsdp2_update_equals_one_process(tmp_path):
 
 def test_sft_loss_falls_on_a_tiny_batch(tiny):
     cfg, _, tok = tiny
-    model = policy.build_tiny(cfg, tok)
+    model = tiny_lm.build_model(cfg, tok)
     data = [dict(prompt=[dict(role="user", content=f"task {i}")], completion=f"answer number {i} " * 3) for i in range(4)]
     b = policy.sft_batch(tok, data, 512)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -3617,7 +3618,7 @@ def test_masked_tokens_contribute_nothing_and_normaliser_counts_completions():
 
 def test_one_update_moves_logprobs_the_right_way(tiny):
     cfg, _, tok = tiny
-    model = policy.build_tiny(cfg, tok)
+    model = tiny_lm.build_model(cfg, tok)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     groups = [grpo.Rollout([5, 6, 7], [20, 21, 22, tok.eos_token_id], 1.0),
               grpo.Rollout([5, 6, 7], [30, 31, 32, tok.eos_token_id], -1.0)]
@@ -3657,7 +3658,7 @@ def test_bf16_weights_train_through_fp32_masters(tiny, tmp_path):
 
     w = {}
     for name in ("masters", "plain"):
-        model = policy.build_tiny(cfg, tok).to(torch.bfloat16)
+        model = tiny_lm.build_model(cfg, tok).to(torch.bfloat16)
         big = model.model.layers[0].mlp.up_proj.weight
         with torch.no_grad():
             big.uniform_(0.25, 0.5)
@@ -3671,7 +3672,7 @@ def test_bf16_weights_train_through_fp32_masters(tiny, tmp_path):
     assert w["masters"] > 0.5 and w["plain"] < 0.05, w
 
     # gradients of two backward passes summed in fp32 in the masters, none left on the weights
-    model = policy.build_tiny(cfg, tok).to(torch.bfloat16)
+    model = tiny_lm.build_model(cfg, tok).to(torch.bfloat16)
     opt = optim.optimizer(model, 1e-3, cfg)
     halves = []
     for half in (ids[:1], ids[1:]):
@@ -3685,7 +3686,7 @@ def test_bf16_weights_train_through_fp32_masters(tiny, tmp_path):
                for m, a, b in zip(opt.masters, *halves))
     opt.step()
     saved = opt.state_dict()
-    again = optim.optimizer(policy.build_tiny(cfg, tok).to(torch.bfloat16), 1e-3, cfg, dict(optimizer=saved))
+    again = optim.optimizer(tiny_lm.build_model(cfg, tok).to(torch.bfloat16), 1e-3, cfg, dict(optimizer=saved))
     assert all(torch.equal(a, b) and a.dtype == torch.float32 for a, b in zip(again.masters, opt.masters))
     assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(again.params, again.masters))
 
@@ -3720,7 +3721,7 @@ def test_update_groups_rollouts_of_like_lengths_into_micro_batches(tiny, monkeyp
         pads.append(int((b["attention_mask"] == 0).sum()))
         return b
     monkeypatch.setattr(policy, "pack", counting)
-    model = policy.build_tiny(cfg, tok)
+    model = tiny_lm.build_model(cfg, tok)
     grpo.train_step(dict(cfg, ppo_epochs=1, crl_micro_batch=2, beta=0.0, dr_grpo=False, grad_clip=1.0, temperature=1.0),
                     model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), tok, rollouts, 1)
     assert sum(pads) == 2, pads
@@ -3739,7 +3740,7 @@ def test_update_takes_pi_old_from_its_first_epoch(tiny, monkeypatch):
     out, has_dropout = [], grpo.has_dropout
     for apart in (False, True):
         monkeypatch.setattr(grpo, "has_dropout", lambda model: apart)
-        model = policy.build_tiny(cfg, tok)
+        model = tiny_lm.build_model(cfg, tok)
         ref = policy.reference(c, model, "")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         stats = grpo.train_step(c, model, ref, opt, tok, rollouts, 1)
@@ -3749,7 +3750,7 @@ def test_update_takes_pi_old_from_its_first_epoch(tiny, monkeypatch):
     for k in ("kl", "kl_old", "loss", "clipped"):
         assert abs(s0[k] - s1[k]) < 1e-5 * max(1.0, abs(s1[k])), (k, s0[k], s1[k])
     assert s0["kl_old"] > 0  # the second epoch compared against the first's pi_old, not itself
-    assert not has_dropout(policy.build_tiny(cfg, tok))
+    assert not has_dropout(tiny_lm.build_model(cfg, tok))
 
 
 def test_stale_rollouts_take_pi_old_from_the_sampler(tiny):
@@ -3762,13 +3763,13 @@ def test_stale_rollouts_take_pi_old_from_the_sampler(tiny):
     c = dict(cfg, ppo_epochs=1, crl_micro_batch=4, clip_eps=0.2, beta=0.0, dr_grpo=False, grad_clip=1.0,
              temperature=0.7, crl_samples=2)
     rows = [([5, 6, 7], [20, 21, 22, tok.eos_token_id], 1.0), ([5, 6, 7, 8, 9], [30, 31], -1.0)]
-    model = policy.build_tiny(cfg, tok)
+    model = tiny_lm.build_model(cfg, tok)
     b = policy.pack(tok, [r[0] for r in rows], [r[1] for r in rows])
     with torch.no_grad():
         own = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"], 0.7)
     logps = [own[i, len(p) - 1:len(p) - 1 + len(ids)].tolist() for i, (p, ids, _) in enumerate(rows)]
     for shift, clipped in ((0.0, 0), (0.5, 2)):
-        model = policy.build_tiny(cfg, tok)
+        model = tiny_lm.build_model(cfg, tok)
         rollouts = [grpo.Rollout(p, ids, a, [x + shift for x in lp]) for (p, ids, a), lp in zip(rows, logps)]
         st = grpo.train_step(c, model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), tok, rollouts, 1)
         assert st["clipped"] == clipped and (st["kl_old"] < 1e-5) == (shift == 0), (shift, st)
@@ -4565,7 +4566,7 @@ def test_policy_on_gpu(tiny):
     """fp32 master weights with bf16 autocast: sampling, log-probs and one update on CUDA."""
     cfg, _, tok = tiny
     cfg = dict(cfg, device="cuda")
-    model = policy.build_tiny(cfg, tok).cuda()
+    model = tiny_lm.build_model(cfg, tok).cuda()
     msgs = [[dict(role="user", content="gelu")]] * 2
     outs = policy.generate(model, tok, msgs, dict(cfg, max_new_tokens=5), n=2)
     assert all(0 < len(s.ids) <= 5 for o in outs for s in o)
