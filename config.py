@@ -251,7 +251,7 @@ PRESETS = {
     # A 7B coder model on one 80 GB GPU, every stage training LoRA adapters (rank 64) on the
     # frozen bf16 base. Measured with random weights in this shape on an H100 (bench.py
     # --what=policy, 1,024-token replies): sampling 35 GB at batch 32 (73.5 GB at 256), a
-    # Stage 3 update 43.7 GB at peak with compiled layers (38.5% MFU), both with the packed
+    # Stage 3 update 43.7 GB at peak with compiled layers (38.5% MFU), both with the fused
     # bf16 sampling copy, adapters merged.
     "qwen7b-lora": dict(model="Qwen/Qwen2.5-Coder-7B-Instruct", lora_rank=64, lr=1e-4, st_lr=1e-4, crl_lr=2e-5,
                         weight_decay=0.0, epochs=2, batch_size=2, grad_accum=8, warmup=10, max_len=6144,
