@@ -12,6 +12,8 @@ import os
 import shutil
 
 import config
+# the one progress-bar helper, the evaluator's too (it stands alone in the kernels package)
+from kernels.display import progress_bar, say  # noqa: F401 (common.progress_bar, common.say)
 
 # ----------------------------------------------------------------------------------------
 # Ranks (torchrun): each rank samples and judges its share on its own GPU
@@ -90,29 +92,6 @@ def sharded(fn, items, rank, world):
 
 # ----------------------------------------------------------------------------------------
 # Progress bars, drawn one way everywhere so that one after another leaves clean lines
-
-
-def progress_bar(total, desc, unit):
-    """A tqdm bar on stderr. Only on a terminal: in a log file every redraw stays, a line
-    cut short by the next. A fixed width where the terminal reports none (tqdm draws an
-    empty line there). Erased when closed (leave=False): the lines printed between bars, a
-    step's numbers or a table, follow one another with no finished or blank bar between."""
-    import sys
-    from tqdm import tqdm
-    try:
-        cols = os.get_terminal_size(sys.stderr.fileno()).columns
-    except (OSError, ValueError):
-        cols = 0
-    return tqdm(total=total, desc=desc, unit=unit, leave=False, disable=not sys.stderr.isatty(),
-                dynamic_ncols=bool(cols), ncols=None if cols else 100)
-
-
-def say(text, file=None):
-    """print(text) that does not cut into a progress bar being drawn: the bar is cleared, the
-    line printed, the bar drawn again under it."""
-    import sys
-    from tqdm import tqdm
-    tqdm.write(text, file=file or sys.stdout)
 
 
 # ----------------------------------------------------------------------------------------

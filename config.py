@@ -13,6 +13,9 @@ import json
 import os
 import re
 
+# the evaluator's own settings and languages live with it (the kernels package stands alone)
+from kernels.settings import EVALUATOR, LANGUAGES, pick_language  # noqa: F401 (config.LANGUAGES, config.pick_language)
+
 # Every setting: (default, one-line meaning), grouped by what reads it. The type of the
 # default is the setting's type. `--help` prints the groups a script reads.
 SETTINGS = {
@@ -24,56 +27,7 @@ SETTINGS = {
         seed=(0, "random seed (teacher order, batches, sampling)"),
         progress=(True, "progress bars"),
     )),
-    "evaluator": ("the evaluator (the kernels package)", dict(
-        backend=("auto", "auto | cuda | cpu: the device candidates run and are timed on (and, unless "
-                         "--language says otherwise, the language they are written in: cuda, or cpp on a cpu)"),
-        language=("auto", "auto | cuda | cpp | triton: the kernel language candidates are written in (prompt format, "
-                          "build API, seed folder, which solutions match); auto: the device's own"),
-        gpus=("", "comma list of visible GPU indices for timing workers; \"\" = all"),
-        workers=(0, "parallel compile workers; 0 = one per free CPU core"),
-        checks_per_gpu=(4, "candidates loaded and checked at once on each GPU (timing always has it alone)"),
-        checks_per_cpu=(2, "with --backend=cpu: candidates loaded and checked at once (timing has the CPU alone, "
-                           "the others stopped)"),
-        cache_dir=("", "build cache; \"\" = $CUDAL1_CACHE or ~/.cache/cudal1"),
-        compile_timeout=(600.0, "seconds for importing a candidate (its builds included)"),
-        run_timeout=(300.0, "seconds for checking and timing one candidate"),
-        cpu_seconds=(0.0, "CPU seconds one job may use, all its processes together; 0 = its timeout x its cores"),
-        max_processes=(1024, "processes and threads one job may have at once (0 = no limit)"),
-        job_memory_gb=(0.0, "host memory one job may use, all its processes together; 0 = half the machine's"),
-        job_disk_gb=(2.0, "GB one job may write to disk, all its processes together, its builds included (0 = no limit)"),
-        job_files=(100000, "files and folders one job may have in its work folder and its program's part of the build "
-                           "cache (0 = no limit)"),
-        settle_seconds=(30.0, "before timing, the longest wait for the processes a candidate started (torch.compile's "
-                              "workers) to go idle; what they do after it counts against the candidate"),
-        call_timeout=(5.0, "seconds one candidate call (with its synchronize) may always take"),
-        call_timeout_factor=(100.0, "... or this many times the reference's warm call, if longer"),
-        check_seeds=(2, "weight seeds for the correctness check (at least 2)"),
-        check_inputs=(2, "fresh input sets per weight seed"),
-        allow_lowp=(False, "accept fp16/bf16/TF32 arithmetic in fp32 tasks"),
-        strict_fp32=(False, "TF32 off for reference and candidate (else PyTorch's defaults, as KernelBench "
-                            "and CUDA-L1 time: cuDNN convolutions in TF32)"),
-        require_kernel=(False, "reject candidates that never call a compiled kernel"),
-        allow_init_mismatch=(False, "accept a ModelNew that is right only with Model's weights copied in"),
-        allow_distribution_shortcut=(False, "accept (flagged) a ModelNew that is right on the task's inputs "
-                                            "but not on normal or uniform(-1, 1) inputs of the same shapes"),
-        static_check=(True, "reject candidates whose Python reaches for the evaluator: frames, hooks, signals, "
-                            "raw processes, patched modules (kernels/static.py)"),
-        reject_reused_output=(False, "reject outputs returned in an earlier call's buffer (else flagged)"),
-        timing_rounds=(4, "rounds of interleaved reference/candidate runs (median of round medians)"),
-        max_rounds=(10, "rounds at most, with the extra ones while the rounds' speedups disagree"),
-        round_seconds=(0.1, "target length of one round (both programs)"),
-        min_runs=(3, "timed calls per program per round, at least (programs slower than a round: what fits, >= 1)"),
-        max_runs=(100, "timed calls per program per round, at most"),
-        spread_limit=(0.05, "rounds whose speedups disagree by more than this (relative range) get more rounds"),
-        suspicious_speedup=(10.0, "speedups above this are measured again, longer"),
-        confirm_speedup=(1.5, "speedups of at least this are timed again in a fresh worker by a second, minimal "
-                              "timer (0 = never)"),
-        confirm_margin=(0.5, "... and rejected (unconfirmed) if that speedup is below the first / (1 + this + "
-                             "both measurements' spreads)"),
-        baseline=("eager", "eager | compile: what the reference is timed as"),
-        time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),
-        sandbox=(True, "box candidates (sandbox.py); false only to measure what the box costs"),
-    )),
+    "evaluator": EVALUATOR,
     "model": ("the policy (policy.py)", dict(
         model=("", "\"\" = the tiny built-in model; a local path or hub name; random:<shape> (bench.py)"),
         device=("auto", "auto | cuda | cpu"),
@@ -184,23 +138,6 @@ DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items(
 
 # Settings with a fixed set of values, and numbers with a floor: checked in parse(), so a
 # typo fails in the first second, not after an hour of judging.
-# Kernel languages and the devices each one's candidates run on; a device's own language
-# (--language=auto) is the first whose first device it is. A language is one more entry here,
-# with its prompt format (prompts.FORMAT) and seeds (tasks/seeds/<language>/). Triton runs on
-# the GPU, and on the CPU through its interpreter (correctness only: its timing means nothing).
-LANGUAGES = {"cuda": ("cuda",), "cpp": ("cpu",), "triton": ("cuda", "cpu")}
-
-
-def pick_language(language, device):
-    """The language candidates are written in on `device` ('auto': the device's own)."""
-    if language == "auto":
-        return next(k for k, ds in LANGUAGES.items() if ds[0] == device)
-    if device not in LANGUAGES[language]:
-        raise ValueError(f"--language={language} runs on {' or '.join(LANGUAGES[language])}, not on {device} "
-                         f"(--backend={device})")
-    return language
-
-
 CHOICES = dict(backend=("auto", "cuda", "cpu"), language=("auto",) + tuple(LANGUAGES), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
                grad_ckpt=("auto", "on", "off"), sampler=("auto", "compile", "hf"), top_p_draw=("sort", "reject"),
                decode_attention=("auto", "sdpa"), exemplars=("bucket", "random"), st_keep=("success", "speedup"),
@@ -251,7 +188,7 @@ PRESETS = {
     # A 7B coder model on one 80 GB GPU, every stage training LoRA adapters (rank 64) on the
     # frozen bf16 base. Measured with random weights in this shape on an H100 (bench.py
     # --what=policy, 1,024-token replies): sampling 35 GB at batch 32 (73.5 GB at 256), a
-    # Stage 3 update 43.7 GB at peak with compiled layers (38.5% MFU), both with the fused
+    # Stage 3 update 43.7 GB at peak with compiled layers (38.5% MFU), both with the joined
     # bf16 sampling copy, adapters merged.
     "qwen7b-lora": dict(model="Qwen/Qwen2.5-Coder-7B-Instruct", lora_rank=64, lr=1e-4, st_lr=1e-4, crl_lr=2e-5,
                         weight_decay=0.0, epochs=2, batch_size=2, grad_accum=8, warmup=10, max_len=6144,

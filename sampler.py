@@ -76,7 +76,7 @@ def rms(x, w, eps):
 def proj(h, part, ln_w, eps, ws, bs, sizes, hd):
     """A layer's attention inputs before rotary: norm and projections. h: (B, S, D); part: None
     or the previous layer's MLP output as mlp_down's partial sums, added to h first; ws, bs: the
-    q, k, v weights and biases, or one fused weight (fuse()) and bias; sizes: q, k, v's widths
+    q, k, v weights and biases, or one joined weight (join_weights()) and bias; sizes: q, k, v's widths
     -> h, q (B, H, S, hd), k, v (B, Hkv, S, hd). Weights come as tensors, not modules, so one
     torch.compile of it serves every layer (--sampler=compile)."""
     B, S, _ = h.shape
@@ -96,8 +96,8 @@ def qkv(h, ln_w, eps, ws, bs, sizes, cos, sin, hd):
 
 def gate_up(h, o, wo, bo, ln_w, eps, wgu):
     """A layer's output projection and residual, norm, and the MLP's gate and up products.
-    h: (B, S, D); o: (B, S, H * hd); wgu: the gate and up weights, or one fused weight
-    (fuse()) -> h, gate, up."""
+    h: (B, S, D); o: (B, S, H * hd); wgu: the gate and up weights, or one joined weight
+    (join_weights()) -> h, gate, up."""
     h = h + F.linear(o, wo, bo)
     x = rms(h, ln_w, eps)
     g, u = [F.linear(x, w) for w in wgu] if len(wgu) == 2 else F.linear(x, wgu[0]).chunk(2, -1)
@@ -110,12 +110,12 @@ def out_mlp(h, o, wo, bo, ln_w, eps, wgu, wd):
     return h + F.linear(F.silu(g) * u, wd)
 
 
-def fuse(core):
+def join_weights(core):
     """Make each layer's q, k, v weights (and biases) views of one tensor, and its gate and up
     weights views of another: one GEMM for each group, not five, in a decode step
     (--sampler=compile; at 32 rows the gate and up products each filled 70 of an H100's 132
     SMs). Only for a model nothing saves (Sampler's own copy): shared storage does not survive
-    a checkpoint. Sets layer.self_attn.fused (weight, bias) and layer.mlp.fused."""
+    a checkpoint. Sets layer.self_attn.joined (weight, bias) and layer.mlp.joined."""
     def join(tensors):  # -> one tensor, each of `tensors` now a view of it
         whole, at = torch.cat([t.detach() for t in tensors]), 0
         for t in tensors:
@@ -127,16 +127,16 @@ def fuse(core):
         mods = (a.q_proj, a.k_proj, a.v_proj)
         biases = [x.bias for x in mods if x.bias is not None]
         if len(biases) in (0, 3):
-            a.fused = join([x.weight for x in mods]), join(biases) if biases else None
-        m.fused = join([m.gate_proj.weight, m.up_proj.weight])
+            a.joined = join([x.weight for x in mods]), join(biases) if biases else None
+        m.joined = join([m.gate_proj.weight, m.up_proj.weight])
 
 
 def projections(a):
-    """An attention module's q, k, v weights and biases as qkv() takes them: fused or not."""
+    """An attention module's q, k, v weights and biases as qkv() takes them: joined or not."""
     mods = (a.q_proj, a.k_proj, a.v_proj)
     sizes = [m.weight.shape[0] for m in mods]
-    if hasattr(a, "fused"):
-        return [a.fused[0]], [a.fused[1]], sizes
+    if hasattr(a, "joined"):
+        return [a.joined[0]], [a.joined[1]], sizes
     return [m.weight for m in mods], [m.bias for m in mods], sizes
 
 
@@ -217,7 +217,7 @@ def forward(core, ids, pos, cols, mask, ks, vs, n_keys, fused=None, span=None):
         o = o.reshape(B, H, S, hd).transpose(1, 2).reshape(B, S, H * hd).to(h.dtype)
         if fused:
             n2, m = layer.post_attention_layernorm, layer.mlp
-            wgu = [m.fused] if hasattr(m, "fused") else [m.gate_proj.weight, m.up_proj.weight]
+            wgu = [m.joined] if hasattr(m, "joined") else [m.gate_proj.weight, m.up_proj.weight]
             args = (h, o, a.o_proj.weight, a.o_proj.bias, n2.weight, n2.variance_epsilon, wgu)
             if down:
                 h, g, u = fused[3](*args)
@@ -531,9 +531,9 @@ class Sampler:
     """What a stage samples with. On a GPU, a model training in fp32 gets a bf16 copy (half the
     memory traffic per decode step, no casts), and so does a LoRA model (the adapters merged
     in: no adapter matmuls per step) and a model sharded with FSDP2 (every rank samples from
-    whole weights), and with --sampler=compile any model that trains (its copy fused); the
+    whole weights), and with --sampler=compile any model that trains (its copy's weights joined); the
     copy is refreshed from the training weights before each sampling call. Elsewhere (CPU,
-    a bf16 inference model) the model samples as it is, fused in place for --sampler=compile. `fast` is
+    a bf16 inference model) the model samples as it is, its weights joined in place for --sampler=compile. `fast` is
     False where our decoder does not apply: the caller then uses Hugging Face generate on
     `model`."""
 
@@ -542,12 +542,12 @@ class Sampler:
         p = next(model.parameters())
         gpu = p.device.type == "cuda"
         sharded = hasattr(p, "full_tensor")
-        fuse = cfg["sampler"] == "compile"
+        fusing = cfg["sampler"] == "compile"
         trains = any(q.requires_grad for q in model.parameters())
-        needs_copy = sharded or gpu and (p.dtype == torch.float32 or hasattr(model, "peft_config") or fuse and trains)
+        needs_copy = sharded or gpu and (p.dtype == torch.float32 or hasattr(model, "peft_config") or fusing and trains)
         self.model = whole_copy(model, torch.bfloat16 if gpu else p.dtype) if needs_copy else model
-        if fuse and (needs_copy or not trains) and supported(self.model) and fusable(decoder_parts(self.model)[1]):
-            fuse(decoder_parts(self.model)[1])
+        if fusing and (needs_copy or not trains) and supported(self.model) and fusable(decoder_parts(self.model)[1]):
+            join_weights(decoder_parts(self.model)[1])
         self.fast = cfg["sampler"] in ("auto", "compile") and supported(self.model)
         self.decoder = Decoder(self.model, cfg["gen_batch"], cfg["max_len"], cfg["cuda_graphs"],
                                cfg["sampler"] == "compile", cfg["top_p_draw"], cfg["decode_attention"]) \

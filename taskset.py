@@ -11,26 +11,17 @@ A task is a KernelBench program (`class Model`, `get_inputs()`, optionally
 `get_init_inputs()`); a solution defines `class ModelNew` with the same constructor and
 forward.
 """
-import ast
-import hashlib
 import json
 import os
 import re
 from dataclasses import dataclass
 
 import common
+# what the evaluator is handed, defined with it (the kernels package stands alone)
+from kernels.source import Solution, sha, top_names  # noqa: F401 (taskset.Solution, taskset.sha)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILTIN_TASKS = os.path.join(HERE, "tasks")
-
-
-def sha(*parts):
-    """A short content hash: task and source identities, build-cache keys."""
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(str(p).encode())
-        h.update(b"\0")
-    return h.hexdigest()[:20]
 
 
 class TaskError(ValueError):
@@ -48,30 +39,6 @@ class Task:
     @property
     def hash(self):
         return sha(self.code)
-
-
-@dataclass
-class Solution:
-    code: str | None              # None: the record had no code (the CUDA-L1 release has some)
-    name: str                     # where it came from
-    task: str | None = None       # task name it belongs to, when known by name
-    level: int | None = None
-    problem_id: int | None = None
-    ref_code: str | None = None   # a reference carried by the solution (CUDA-L1 release)
-    score: float | None = None    # the speedup its publisher reported, when the record has one
-
-
-def top_names(code):
-    """Names defined at a module's top level (classes, functions, assignments, imports)."""
-    names = set()
-    for node in ast.parse(code).body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
 
 
 def check_task_code(code, where):

@@ -266,6 +266,8 @@ def test_imports_form_no_cycle_and_stages_import_only_earlier_stages():
     for i, s in enumerate(stages + ["evaluate", "bench"]):
         assert graph[s] & set(stages + ["evaluate", "bench"]) <= set(stages[:i] if s in stages else []), (s, graph[s])
     assert not graph["kernels.verdicts"], "the evaluator's vocabulary is a leaf"
+    outside = {m: sorted(n for n in graph[m] if not n.startswith("kernels")) for m in graph if m.startswith("kernels")}
+    assert not any(outside.values()), f"the evaluator stands alone: {outside}"
 
 
 def test_readme_is_a_manual_and_pointers_name_real_sections():
@@ -3041,16 +3043,16 @@ def test_packed_weights_sample_what_the_modules_do(tiny):
     assert [r[0] for r in a] == [r[0] for r in b]
     assert max(abs(x - y) for p, q in zip(a, b) for x, y in zip(p[1], q[1])) < 1e-4
     att, mlp = frozen.model.layers[0].self_attn, frozen.model.layers[0].mlp
-    (w, bias), n_q = att.fused, att.q_proj.weight.shape[0]
+    (w, bias), n_q = att.joined, att.q_proj.weight.shape[0]
     with torch.no_grad():
         att.k_proj.weight.add_(1.0)
         att.v_proj.bias.add_(1.0)
         mlp.up_proj.weight.add_(1.0)
     assert torch.equal(w[n_q:n_q + att.k_proj.weight.shape[0]], att.k_proj.weight)
     assert torch.equal(bias[-att.v_proj.bias.shape[0]:], att.v_proj.bias)
-    assert torch.equal(mlp.fused[mlp.gate_proj.weight.shape[0]:], mlp.up_proj.weight)
+    assert torch.equal(mlp.joined[mlp.gate_proj.weight.shape[0]:], mlp.up_proj.weight)
     trained = sampler.Sampler(model, dict(cfg, sampler="compile"))
-    assert trained.model is model and not hasattr(model.model.layers[0].self_attn, "fused")
+    assert trained.model is model and not hasattr(model.model.layers[0].self_attn, "joined")
 
 
 def test_top_p_drawn_without_a_sort_follows_the_nucleus_distribution():

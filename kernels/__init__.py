@@ -5,8 +5,8 @@ holds an Evaluator.
 
     python evaluate.py --tasks builtin --solutions tasks/seeds/cpp      # the usual front end
 
-    import kernels, taskset
-    with kernels.Evaluator(config.parse([])) as ev:
+    import kernels
+    with kernels.Evaluator(dict(backend="cpu")) as ev:   # settings.py: every key and its default
         [v] = ev.evaluate([(task, code)])       # v.status, v.reason, v.speedup, v.log ...
 
 The project's own candidate format (builds.py) builds in seconds: CUDA (or C++) source free
@@ -22,8 +22,28 @@ of torch headers, compiled straight with nvcc (or g++) and called through ctypes
 
 torch.utils.cpp_extension.load_inline solutions (KernelBench's format) work unchanged.
 """
-# The package's public names. Candidates call the build API (builds.py); scripts use the
-# Evaluator (evaluator.py) and its vocabulary (verdicts.py).
-from .builds import KERNEL_CALLS, BuildError, cache_root, load_cpp, load_cuda, parse_exports  # noqa: F401
-from .evaluator import Evaluator, pick_backend, target  # noqa: F401
-from .verdicts import Reject, Verdict, median, trim_log, unusable  # noqa: F401
+import importlib
+
+# The package's public names, each from the module that holds it. Candidates call the build
+# API (builds.py); scripts use the Evaluator (evaluator.py) and its vocabulary (verdicts.py).
+# Imported when first used, so that `import kernels.settings` (config.py does) costs nothing.
+PUBLIC = {
+    "builds": ("KERNEL_CALLS", "BuildError", "cache_root", "load_cpp", "load_cuda", "parse_exports"),
+    "evaluator": ("Evaluator", "pick_backend", "target"),
+    "verdicts": ("Reject", "Verdict", "median", "trim_log", "unusable"),
+    "source": ("Solution", "sha", "top_names"),
+}
+_WHERE = {name: mod for mod, names in PUBLIC.items() for name in names}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value  # looked up here from now on
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 
-import taskset
+from .source import sha
+
 
 def cache_root(cfg=None):
     d = (cfg or {}).get("cache_dir") or os.environ.get("CUDAL1_CACHE") or "~/.cache/cudal1"
@@ -162,7 +163,7 @@ def _compile(src, suffix, cmd_for, toolchain):
     builders never share a lock and a killed build leaves nothing that blocks the next."""
     root = os.path.join(cache_root(), "lib")
     os.makedirs(root, exist_ok=True)
-    key = taskset.sha(src, toolchain)
+    key = sha(src, toolchain)
     final = os.path.join(root, key)
     so = os.path.join(final, "lib.so")
     if os.path.exists(so):

@@ -1,7 +1,7 @@
 """The Evaluator: schedules compile and run workers (worker.py) over the CPU cores and GPUs
 and turns what they report into Verdicts. Candidate code never runs in this process.
 
-    with kernels.Evaluator(config.parse([])) as ev:
+    with kernels.Evaluator(dict(backend="cpu")) as ev:   # settings.py: every key and its default
         [v] = ev.evaluate([(task, code)])       # v.status, v.reason, v.speedup, v.log ...
 """
 import contextlib
@@ -10,11 +10,9 @@ import shutil
 import sys
 import tempfile
 
-import common
-import config
-import taskset
-
-from . import gate, limits, sandbox, static
+from . import gate, limits, sandbox, settings, static
+from .display import progress_bar, say
+from .source import Solution, sha, top_names
 from .builds import cache_root
 from .verdicts import Reject, Verdict, unusable
 
@@ -36,12 +34,12 @@ def pick_backend(name):
 
 def target(cfg):
     """-> (device, language): the device candidates run on and the language they are written
-    in (config.LANGUAGES). --backend picks the device, --language the language; either alone
+    in (settings.LANGUAGES). --backend picks the device, --language the language; either alone
     implies the other."""
     by_language = cfg["backend"] == "auto" and cfg["language"] != "auto"
-    devices = config.LANGUAGES[cfg["language"]] if by_language else ()
+    devices = settings.LANGUAGES[cfg["language"]] if by_language else ()
     device = pick_backend(devices[0] if len(devices) == 1 else cfg["backend"])
-    return device, config.pick_language(cfg["language"], device)
+    return device, settings.pick_language(cfg["language"], device)
 
 
 def _tail(path, n=3000):
@@ -64,7 +62,7 @@ class Evaluator:
 
     def __init__(self, cfg=None, **overrides):
         import multiprocessing as mp
-        self.cfg = {**config.DEFAULTS, **(cfg or {}), **overrides}
+        self.cfg = {**settings.DEFAULTS, **(cfg or {}), **overrides}
         self.device, self.language = target(self.cfg)
         self.cache = cache_root(self.cfg)
         os.makedirs(self.cache, exist_ok=True)
@@ -99,8 +97,8 @@ class Evaluator:
         import sys
         project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.needed = [project, sys.prefix, sys.base_prefix, self.cache]
-        self.hidden = [h for h in (os.path.abspath(self.cfg["out"]), os.path.join(project, "results"))
-                       if not self._holds_needed(h)]
+        outs = [os.path.abspath(self.cfg["out"])] if self.cfg["out"] else []  # a script's run folder
+        self.hidden = [h for h in outs + [os.path.join(project, "results")] if not self._holds_needed(h)]
         self.hidden += [self.tmp, os.path.join(self.cache, "programs")]
         self.registered = sandbox.register_hidden(self.hidden)  # for the jobs of every other evaluator
         cores = sorted(os.sched_getaffinity(0))
@@ -215,7 +213,7 @@ class Evaluator:
     # -- jobs ----------------------------------------------------------------------------
     def _job(self, task, code):
         self._jobs += 1
-        src_hash = taskset.sha(code or "")
+        src_hash = sha(code or "")
         workdir = os.path.join(self.tmp, f"{self._jobs}")
         os.makedirs(workdir, exist_ok=True)
         # HOME and TMPDIR in the work folder: what tools write "at home" or "in /tmp" lands there;
@@ -331,12 +329,12 @@ class Evaluator:
         that never ends would be a fault of the evaluator's, and this says where it stands)."""
         t = gate.now()
         waiting = ", ".join(f"{len(q)} {p}" for p, q in queues.items() if q) or "none"
-        common.say(f"evaluator: no job ended in the last {STALL_SECONDS:.0f} s; waiting to start: {waiting}; "
+        say(f"evaluator: no job ended in the last {STALL_SECONDS:.0f} s; waiting to start: {waiting}; "
                    f"running: {len(active)}", sys.stderr)  # under the bar, not into it
         for r in active:
             held = ", stopped" * r.stopped + (f", in host work ({r.host})" if r.host else "")
             on = f", GPU {r.gpu}" if self.device == "cuda" and r.gpu is not None else ""
-            common.say(f"  {r.kind} of {r.item['task'].name} (pid {r.proc.pid}{on}): {r.state} for "
+            say(f"  {r.kind} of {r.item['task'].name} (pid {r.proc.pid}{on}): {r.state} for "
                        f"{t - r.since:.0f} s{held}; its deadline "
                        + ("waits while it is held" if r.held else f"in {r.deadline - t:.0f} s"), sys.stderr)
 
@@ -479,7 +477,7 @@ class Evaluator:
         if code is None:
             return Reject("compile_error", "no_code", "the solution has no code").result()
         try:
-            names = taskset.top_names(code)
+            names = top_names(code)
         except SyntaxError as e:
             return Reject("compile_error", "syntax_error", f"syntax error at line {e.lineno}: {e.msg}").result()
         if "ModelNew" not in names:
@@ -502,15 +500,15 @@ class Evaluator:
             fields.update(source_hash=key[1], seed=it["job"]["seed"] if it["job"] else 0)
             self.memo[key] = fields
             for i in it["idx"]:
-                name = pairs[i][1].name if isinstance(pairs[i][1], taskset.Solution) else it["name"]
+                name = pairs[i][1].name if isinstance(pairs[i][1], Solution) else it["name"]
                 verdicts[i] = Verdict(**{**fields, "task": pairs[i][0].name, "solution": name})
                 if on_verdict:
                     on_verdict(i, verdicts[i])
 
         for i, (task, sol) in enumerate(pairs):
-            code = sol.code if isinstance(sol, taskset.Solution) else sol
-            name = sol.name if isinstance(sol, taskset.Solution) else f"{task.name}#{taskset.sha(code or '')[:8]}"
-            key = (task.hash, taskset.sha(code or ""))
+            code = sol.code if isinstance(sol, Solution) else sol
+            name = sol.name if isinstance(sol, Solution) else f"{task.name}#{sha(code or '')[:8]}"
+            key = (task.hash, sha(code or ""))
             if key in self.memo:
                 verdicts[i] = Verdict(**{**self.memo[key], "task": task.name, "solution": name})
                 if on_verdict:
@@ -562,7 +560,7 @@ class Evaluator:
         import multiprocessing.connection as mpc
         bar = None
         if (self.cfg["progress"] if progress is None else progress) and items:
-            bar = common.progress_bar(len(items), desc, "cand")
+            bar = progress_bar(len(items), desc, "cand")
         queues = {p: collections.deque() for p in phases}
         for it in items:  # an item may start at a later phase (evaluate: nothing to build)
             queues[it.get("phase", phases[0])].append(it)

@@ -404,6 +404,9 @@ class Harness:
         guards.watch_affinity(self.tids0, but_this_thread=self.cuda)
         self.flags0 = self.applied = guards.read_flags()
         self.threads0 = {t.ident for t in threading.enumerate()}
+        front = sys.modules["kernels"]
+        for name in front.__all__:  # the package's names are bound when first used: all of them now, so
+            getattr(front, name)    # the snapshot holds each and a candidate's replacement shows
         self.snap = guards.snapshot([
             ("torch", torch), ("torch.Tensor", torch.Tensor), ("TensorBase", torch._C.TensorBase),
             ("F", torch.nn.functional), ("torch.cuda", torch.cuda), ("Event", torch.cuda.Event),
