@@ -3324,7 +3324,7 @@ def test_lora_trains_adapters_and_checkpoints_load_plainly(tiny, tmp_path):
 
 
 FSDP_SCRIPT = """
-import sys, torch, config, policy, common, grpo, sampler
+import sys, torch, config, policy, common, grpo, optim, sampler
 cfg = config.parse(sys.argv[2:])
 rank, world, cfg = common.dist_setup(cfg)
 model, tok = policy.load(cfg, train=True)
