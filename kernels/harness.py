@@ -25,6 +25,12 @@ from . import builds, checks, correctness, gate, guards, sandbox, seccomp, stati
 from .correctness import tensors
 from .verdicts import Reject, fresh_seed
 
+# The package's names are bound when first used (kernels/__init__.py): all of them here, once
+# in the forkserver that imports this module, so every job's snapshot holds each and a
+# candidate's replacement of one shows.
+for _name in sys.modules["kernels"].__all__:
+    getattr(sys.modules["kernels"], _name)
+
 # The first candidate call's deadline, in call limits (Harness.calling).
 FIRST_CALL = 3
 CONV = os.path.join(guards.TORCH_DIR, "nn", "modules", "conv.py")  # where cuDNN searches, seen from Python
@@ -404,9 +410,6 @@ class Harness:
         guards.watch_affinity(self.tids0, but_this_thread=self.cuda)
         self.flags0 = self.applied = guards.read_flags()
         self.threads0 = {t.ident for t in threading.enumerate()}
-        front = sys.modules["kernels"]
-        for name in front.__all__:  # the package's names are bound when first used: all of them now, so
-            getattr(front, name)    # the snapshot holds each and a candidate's replacement shows
         self.snap = guards.snapshot([
             ("torch", torch), ("torch.Tensor", torch.Tensor), ("TensorBase", torch._C.TensorBase),
             ("F", torch.nn.functional), ("torch.cuda", torch.cuda), ("Event", torch.cuda.Event),
