@@ -235,11 +235,19 @@ def tables(result):
              "bootstrap)", ratio_table(result["ratios"]))]
 
 
+def merged_line(result):
+    """Where each run of a merged comparison (merge) was judged."""
+    return "runs judged apart, then merged: " + "; ".join(
+        f"{run}: {d['device']}, k = {d['samples']} ({d['source']})" for run, d in result["devices"].items())
+
+
 def print_report(result):
     for title, rows in tables(result):
         print(f"\n{title}")
         print("\n".join("  " + line for line in aligned(rows)))
     print("  " + PAPER_NOTE)
+    if result.get("devices"):
+        print("  " + merged_line(result))
     if result["set_aside"]:
         print(f"  set aside (a verdict flagged input_independent or input_distribution; not in the headline "
               f"numbers): {', '.join(result['set_aside'])}")
@@ -362,6 +370,40 @@ def print_discovery(d):
     print("\n".join("  " + line for line in discovery_lines(d)[1]))
 
 
+def merge(results, sources=()):
+    """Stage comparisons of different runs (evaluate.py --runs, each judged apart: one per GPU or
+    machine) -> one comparison over all their runs, as if judged together, except that each run's
+    numbers keep the evaluator and device they were measured on (result["devices"] says which).
+    The per-run numbers and samples are kept as they are; the spread over seeds, the ratios and
+    the discovery counts are computed again. sources: the files, named in the result."""
+    per_run, runs, devices, rows = {}, {}, {}, []
+    for i, res in enumerate(results):
+        name = sources[i] if i < len(sources) else f"result {i + 1}"
+        for run in res["runs"]:
+            if run in runs:
+                raise ValueError(f"run {run} is in more than one comparison ({devices[run]['source']} and {name}): "
+                                 f"give each run once")
+            runs[run], per_run[run] = res["runs"][run], res["per_run"][run]
+            devices[run] = dict(device=res.get("device", "?"), samples=res.get("samples"), source=name)
+        rows += (res.get("discovery") or {}).get("rows", [])
+    set_aside = sorted({t for res in results for t in res["set_aside"]})
+    tasks = list(dict.fromkeys(t for res in results for t in res.get("tasks", ())))
+    counts = discovery_counts(rows, list(runs))
+    conf = [r for r in rows if r["confirmed"]]
+    best = max(conf, key=lambda r: r["new_speedup"] / r["teacher_new"], default=None)
+    found = [res["discovery"] for res in results if (res.get("discovery") or {}).get("best") is not None
+             and res["discovery"]["best"].get("source_hash") == (best or {}).get("source_hash")]
+    discovery = dict(counts=counts, unknown_tasks=sum((res.get("discovery") or {}).get("unknown_tasks", 0)
+                                                      for res in results),
+                     rows=rows, best=found[0]["best"] if found else None, diff=found[0]["diff"] if found else "")
+    samples = {d["samples"] for d in devices.values()}
+    return dict(runs=runs, samples=samples.pop() if len(samples) == 1 else sorted(samples, key=str), tasks=tasks,
+                set_aside=set_aside, per_run=per_run, aggregate=aggregate(per_run),
+                ratios=ratios(per_run, apart=set(set_aside)), per_task=per_task(per_run),
+                device="; ".join(dict.fromkeys(d["device"] for d in devices.values())), devices=devices,
+                discovery=discovery, merged=list(sources))
+
+
 # ----------------------------------------------------------------------------------------
 # Files
 
@@ -386,6 +428,8 @@ def device_line(device):
 def write_markdown(result, path):
     lines = ["# Stage comparison over training runs", "", "```", result["command"], "```", "",
              f"device: {result['device']}", ""]
+    if result.get("devices"):
+        lines += [merged_line(result), ""]
     for title, rows in tables(result):
         lines += [f"## {title[0].upper()}{title[1:]}", ""] + markdown(rows) + [""]
     lines += [PAPER_NOTE[0].upper() + PAPER_NOTE[1:] + ".", ""]

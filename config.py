@@ -118,6 +118,8 @@ SETTINGS = {
         exemplars_db=("", "model mode: show exemplars from this db.jsonl (or Stage 1's data.jsonl)"),
         runs=("", "model mode over training runs: comma list of --out folders of crl.py runs (one per seed); "
                   "compares base, sft, selftrain, crl and crl-random of each"),
+        merge=("", "comma list of <time>.ablation.json files that --runs wrote (runs judged apart: one per GPU or "
+                   "machine): one comparison over all their runs; nothing is sampled or judged again"),
         resume=(False, "solutions mode: reuse the verdicts earlier runs journalled under the same evaluator "
                        "settings (out/evaluate/*.verdicts.jsonl); judge only the rest"),
         kernelbench_verdict=("audit", "solutions mode: also judge each candidate as KernelBench's eval does, shown "

@@ -8,6 +8,7 @@ rejection reasons.
     python evaluate.py --config small --samples 4 --checkpoint base,out/small/sft,out/small/selftrain,out/small/crl
     python evaluate.py --config small --samples 4 --checkpoint out/small/crl --exemplars_db out/small/crl/db.jsonl
     python evaluate.py --config smol --samples 8 --runs out/s0,out/s1,out/s2   # every stage of runs over seeds
+    python evaluate.py --merge a.ablation.json,b.ablation.json   # runs compared apart (one per GPU): one report
     python evaluate.py --tasks builtin --solutions tasks/seeds/cuda --baseline compile
     python evaluate.py --tasks ../KernelBench/KernelBench/level1 --solutions runs/level1
     python evaluate.py --solutions cuda_l1_h100.jsonl      # records carry their own ref_code
@@ -568,7 +569,41 @@ def nothing_to_evaluate(p, cfg, ev, tasks):
     return f"{why}: {', or '.join(todo)}"
 
 
+def merge_mode(cfg):
+    """--merge: stage comparisons of runs judged apart -> one report over all their runs, its
+    files beside the others (out/evaluate/<time>.ablation.*); nothing is sampled or judged."""
+    if cfg["samples"] or cfg["runs"] or cfg["checkpoint"] or cfg["solutions"] or cfg["reference_only"]:
+        raise ValueError("--merge reads comparisons already made: it takes no --samples, --runs, --checkpoint, "
+                         "--solutions or --reference_only")
+    files = list(dict.fromkeys(f.strip() for f in cfg["merge"].split(",") if f.strip()))
+    results = []
+    for f in files:
+        if not os.path.isfile(f):
+            raise FileNotFoundError(f"--merge {f}: no such file (evaluate.py --runs writes "
+                                    f"out/evaluate/<time>.ablation.json)")
+        try:
+            with open(f) as fh:
+                r = json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"--merge {f}: not JSON ({e})") from None
+        if not isinstance(r, dict) or not {"runs", "per_run", "set_aside"} <= set(r):
+            raise ValueError(f"--merge {f}: not a stage comparison (evaluate.py --runs writes "
+                             f"out/evaluate/<time>.ablation.json)")
+        results.append(r)
+    result = ablation.merge(results, files)
+    result["command"] = ablation.command(cfg)
+    ablation.print_report(result)
+    ablation.print_discovery(result["discovery"])
+    stem = os.path.join(cfg["out"], "evaluate", time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(os.path.dirname(stem), exist_ok=True)
+    paths = ablation.write_files(result, stem)
+    print(f"stage comparison over {len(result['runs'])} run(s) from {len(files)} file(s): {', '.join(paths.values())}")
+    return [], result
+
+
 def run(cfg):
+    if cfg["merge"]:
+        return merge_mode(cfg)
     rank, world, cfg = common.dist_setup(cfg)  # under torchrun: one GPU and a share of the cores per rank
     t0, stamp = time.time(), time.strftime("%Y%m%d-%H%M%S")
     all_tasks = taskset.load_tasks(cfg["tasks"])

@@ -4931,6 +4931,42 @@ def test_ablation_writes_markdown_json_and_png(tmp_path):
     assert "| s0 | 2 | 1 | gelu |" in open(paths["md"]).read()
 
 
+def test_evaluate_merge_makes_one_comparison_of_runs_judged_apart(tmp_path):
+    """evaluate.py --merge: the comparisons of runs judged apart (one per GPU) give the same
+    spread, ratios and per-task table as one comparison of all the runs; a run given twice, or
+    a file that is not a comparison, is refused with the file named; nothing is judged."""
+    import ablation
+    whole = _ablation_result()
+    files = []
+    for run in whole["per_run"]:  # one comparison per run, as three GPUs would write them
+        one = {k: {run: whole[k][run]} for k in ("runs", "per_run")}
+        one.update(tasks=whole["tasks"], set_aside=["matmul"] if run == "s1" else [], device=f"cuda: GPU {run}",
+                   samples=4, aggregate=ablation.aggregate(one["per_run"]), ratios=ablation.ratios(one["per_run"]),
+                   per_task=ablation.per_task(one["per_run"]), command="x", discovery=dict(
+                       rows=[dict(run=run, task="gelu", confirmed=run == "s0", new_speedup=2.0, teacher_new=1.0,
+                                  source_hash=run)],
+                       best=dict(task="gelu", run="s0", step=3, source_hash="s0", new_speedup=2.0, teacher_new=1.0)
+                       if run == "s0" else None, diff="--- a\n+++ b\n" if run == "s0" else ""))
+        one["discovery"]["counts"] = ablation.discovery_counts(one["discovery"]["rows"], [run])
+        files.append(ablation.write_files(one, str(tmp_path / run))["json"])
+    out = run_script("evaluate.py", [f"--merge={','.join(files)}", f"--out={tmp_path / 'ev'}"])
+    assert "stage comparison over 3 run(s) from 3 file(s)" in out and "cuda: GPU s2, k = 4" in out
+    merged = json.load(open(glob.glob(str(tmp_path / "ev" / "evaluate" / "*.ablation.json"))[0]))
+    assert merged["aggregate"] == json.loads(json.dumps(whole["aggregate"]))
+    assert merged["ratios"] == json.loads(json.dumps(ablation.ratios(whole["per_run"], apart={"matmul"})))
+    assert merged["set_aside"] == ["matmul"] and merged["per_task"] == whole["per_task"]
+    assert merged["discovery"]["counts"]["all"] == dict(candidates=3, confirmed=1, tasks=["gelu"])
+    assert merged["discovery"]["best"]["run"] == "s0" and merged["discovery"]["diff"] == "--- a\n+++ b\n"
+    with pytest.raises(ValueError, match="more than one comparison"):
+        ablation.merge([json.load(open(f)) for f in files[:1] * 2], files[:1] * 2)
+    for bad, why in ((str(tmp_path / "none.json"), "no such file"), (files[0].replace(".json", ".md"), "not JSON"),
+                     (str(tmp_path / "ev" / "cfg.json"), "not a stage comparison")):
+        if why == "not a stage comparison":
+            open(bad, "w").write('{"runs": {}}')
+        r = subprocess.run([sys.executable, "evaluate.py", f"--merge={bad}"], cwd=HERE, capture_output=True, text=True)
+        assert r.returncode != 0 and why in r.stdout + r.stderr and bad in r.stdout + r.stderr
+
+
 @pytest.mark.slow
 def test_evaluate_runs_compares_stages_over_seeds(pipeline, cache, tmp_path):
     """Two run roots from the pipeline's run (the second without crl-random, and with a
