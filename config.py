@@ -87,6 +87,8 @@ SETTINGS = {
                               "kept only if the success rate did not fall"),
         st_keep=("success", "what a round's training must not lower to be kept: success (the success rate) or "
                             "speedup (the success rate and the mean speedup, failures as 0: successes are timed)"),
+        st_exemplars=(0, "show up to this many of Stage 1's timed variants (bucket-sampled) in Stage 2's prompts, "
+                         "as Stage 3 shows its exemplars (0 = the paper: none)"),
     )),
     "crl": ("Stage 3 (crl.py)", dict(
         crl_steps=(20, "RL steps"),

@@ -13,16 +13,19 @@ hash) and fine-tunes on exactly the sampled tokens: REINFORCE with reward 1 for 
 less often correct than the round before's, the model before that training is the checkpoint
 (`--st_check_last`: one more round, sampled and judged only, checks the last training too;
 `--st_keep speedup`: successes are timed, and a fall in the mean speedup, failures as 0,
-undoes the training too). Writes
+undoes the training too; `--st_exemplars N`: prompts show up to N of Stage 1's variants, as Stage 3's
+do). Writes
 out/<config>/selftrain/: the checkpoint after each round, successes.jsonl (every success,
 for Stage 3's database), candidates.jsonl, log.jsonl, samples/round_<r>.jsonl.
 Killed? Run the same command again: it resumes at the round in flight.
 """
 import os
+import random
 import time
 
 import common
 import config
+import exemplars
 import kernels
 import policy
 import prompts
@@ -31,16 +34,29 @@ import sft
 import taskset
 
 
-def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1):
+def round_prompts(cfg, tasks, language, db, rnd):
+    """Round rnd's prompts. With --st_exemplars N (and db, Stage 1's timed variants) each
+    shows up to N of its task's variants, bucket-sampled by speedup as in Stage 3, so Stage 2
+    samples and trains on prompts like those its checkpoint is used with (Stage 3, and
+    evaluate.py --runs, show exemplars; the paper's Stage 2 shows none, N = 0)."""
+    if not cfg["st_exemplars"] or db is None:
+        return [prompts.task_prompt(t.code, language) for t in tasks]
+    rng = random.Random(cfg["seed"] * 7919 + rnd)
+    pick = dict(cfg, exemplars="bucket", n_exemplars=cfg["st_exemplars"])
+    return [prompts.task_prompt(t.code, language, exemplars.pick_exemplars(db, t, pick, rng)) for t in tasks]
+
+
+def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1, db=None):
     """Sample (smp: a sampler.Sampler of the model in training) and judge one round
     -> (successes, success rate, mean speedup: failures as 0, over the tasks not set aside;
     0 unless the evaluator times). Under torchrun each rank samples and judges every
-    world-th task (common.sharded); every rank gets all rows and successes back."""
+    world-th task (common.sharded); every rank gets all rows and successes back. db: the
+    exemplars of --st_exemplars (round_prompts)."""
     t0 = time.time()
     t1 = [t0]
 
     def sample_and_judge(mine):  # this rank's tasks -> per task (sample rows, distinct successes)
-        msgs = [prompts.task_prompt(t.code, ev.language) for t in mine]
+        msgs = round_prompts(cfg, mine, ev.language, db, rnd)
         outs = policy.generate(smp, tok, msgs, cfg, n=cfg["st_samples"], desc=f"round {rnd} sampling",
                                progress=cfg["progress"] and rank == 0)
         flat = [(t, s, m) for t, group, m in zip(mine, outs, msgs) for s in group]
@@ -138,6 +154,13 @@ def run(cfg):
                                 f"or give --init_from)")
     extra = state["extra"]
     tasks = taskset.select(taskset.load_tasks(cfg["tasks"]), cfg["only"])
+    db = None
+    if cfg["st_exemplars"]:
+        data = os.path.join(start_from, "data.jsonl")
+        if not os.path.isfile(data):
+            raise FileNotFoundError(f"--st_exemplars shows Stage 1's variants: {start_from} has no data.jsonl "
+                                    f"(sft.py writes it beside its checkpoint)")
+        db = exemplars.Database(data, repair=False)
     t0 = time.time()
     model = policy.prepare(model, cfg, world)  # FSDP2 shards under torchrun with --fsdp
     smp = sampler.Sampler(policy.unwrap(model), cfg)
@@ -147,7 +170,7 @@ def run(cfg):
         rounds = cfg["st_rounds"] + (1 if cfg["st_check_last"] else 0)  # the check: sampled, not trained on
         while extra["round"] < rounds:
             rnd = extra["round"] + 1
-            succ, rate, speed = sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank, world)
+            succ, rate, speed = sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank, world, db)
             if rank == 0:
                 common.append_jsonl(os.path.join(out, "successes.jsonl"),
                                     [{k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")}

@@ -3980,6 +3980,27 @@ def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline,
     assert state["extra"]["speeds"] == list(speeds)
 
 
+def test_selftrain_prompts_show_stage_1_variants_only_with_st_exemplars(tmp_path):
+    """--st_exemplars N: Stage 2's prompts show up to N of the task's Stage 1 variants (from
+    sft's data.jsonl), as Stage 3's do; 0 (the default, the paper) shows none; each round draws
+    its own."""
+    import selftrain
+    gelu, mm = [t for t in taskset.load_tasks("builtin") if t.name in ("gelu", "matmul")]
+    data = str(tmp_path / "data.jsonl")
+    common.write_jsonl(data, [dict(task="gelu", task_hash=gelu.hash, source_hash=f"h{i}", code=f"VARIANT_{i} = {i}",
+                                   speedup=0.5 + i) for i in range(4)])
+    db = exemplars.Database(data, repair=False)
+    cfg = config.parse(["--config=small"])
+    plain = [prompts.task_prompt(t.code, "cpp") for t in (gelu, mm)]
+    assert selftrain.round_prompts(cfg, [gelu, mm], "cpp", db, 1) == plain  # st_exemplars 0
+    cfg = dict(cfg, st_exemplars=2)
+    assert selftrain.round_prompts(cfg, [gelu, mm], "cpp", None, 1) == plain
+    got = selftrain.round_prompts(cfg, [gelu, mm], "cpp", db, 1)
+    shown = lambda p: sum(f"VARIANT_{i} = {i}" in str(p) for i in range(4))
+    assert shown(got[0]) == 2 and got[1] == plain[1]  # matmul has no Stage 1 variant here
+    assert got == selftrain.round_prompts(cfg, [gelu, mm], "cpp", db, 1)  # a resumed round: the same prompts
+
+
 def test_selftrain_mean_speedup_counts_failures_as_zero_and_leaves_constant_tasks_out():
     import selftrain
     rows = [dict(task="a", speedup=2.0, flags=[]), dict(task="a", speedup=0.0, flags=[]),
