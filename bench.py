@@ -2,15 +2,15 @@
 
     python bench.py --what=throughput          # seeds of this language, cold then warm cache
     python bench.py --what=stability           # the same candidates in two separate runs
-    python bench.py --what=all --backend=cuda --solutions=tasks/seeds/cuda
-    python bench.py --what=throughput --backend=cuda --solutions=release_sample.jsonl  # KernelBench's format
-    python bench.py --what=gpus --backend=cuda  # evaluator throughput on 1 GPU vs all GPUs
+    python bench.py --what=all --device=cuda --solutions=tasks/seeds/cuda
+    python bench.py --what=throughput --device=cuda --solutions=release_sample.jsonl  # KernelBench's format
+    python bench.py --what=gpus --device=cuda   # evaluator throughput on 1 GPU vs all GPUs
     python bench.py --what=sandbox             # what the sandbox costs: runs with and without it
-    python bench.py --what=load --backend=cpu  # the seeds quiet, then with one core kept busy
+    python bench.py --what=load --device=cpu   # the seeds quiet, then with one core kept busy
     python bench.py --what=policy --shapes=1.5b,7b --modes=full,lora    # one GPU
     python bench.py --what=policy --dtype bf16 --sampler=compile --top_p_draw=reject --compile_update=true  # fastest
     torchrun --nproc_per_node=2 bench.py --what=policy --shapes=7b --modes=fsdp
-    python bench.py --what=step --backend=cuda --shapes=1.5b,7b --modes=full,lora  # one Stage 3 step
+    python bench.py --what=step --device=cuda --shapes=1.5b,7b --modes=full,lora  # one Stage 3 step
 
 Policy: for each model shape (random weights in Qwen2.5 shapes, nothing downloaded) and
 training mode (full fine-tuning, LoRA, FSDP2 under torchrun), one Stage 3 step's work:
@@ -26,7 +26,7 @@ timing has the device alone), build latency per candidate, the cost of a build-c
 and where the time goes.
 Stability: each candidate's speedup from two runs, each in fresh workers; the relative
 difference per candidate and its median over the suite.
-Results go to out/bench/<what>-<backend>.json.
+Results go to out/bench/<what>-<device>.json.
 """
 import collections
 import json
@@ -172,7 +172,7 @@ def throughput(cfg, pairs):
         [iv] = ev.evaluate([(task, INLINE[ev.device])], desc="load_inline")
     inline_s = iv.seconds.get("compile")
     print(f"\nthroughput, {len(pairs)} unique candidates, {rows['cold cache']['workers']} compile workers, "
-          f"{cfg['checks_per_gpu' if kernels.pick_backend(cfg['backend']) == 'cuda' else 'checks_per_cpu']} run workers "
+          f"{cfg['checks_per_gpu' if ev.device == 'cuda' else 'checks_per_cpu']} run workers "
           f"per device")
     print(f"{'':12s} {'cand/min':>9s} {'wall s':>8s} {'ok':>5s} {'build med':>10s} {'build max':>10s} "
           f"{'check med':>10s} {'time med':>9s} {'wait med':>9s} {'run med':>8s}")
@@ -491,9 +491,8 @@ def step_bench(cfg):
     import sampler
     rank, world, cfg = common.dist_setup(cfg)
     say = print if rank == 0 else (lambda *a, **k: None)
-    backend = kernels.pick_backend(cfg["backend"])
-    language = config.pick_language(cfg["language"], backend)
-    pairs = seed_pairs(dict(cfg, backend=backend), language)
+    language = kernels.target(cfg)[1]
+    pairs = seed_pairs(cfg, language)
     t0 = time.time()
     with kernels.Evaluator(cfg, time_candidates=True, progress=False) as ev:
         judged = ev.evaluate(pairs)
@@ -624,7 +623,7 @@ def overlapped(policy_work, k, ev, pairs, n=2):
 
 
 def run(cfg):
-    if cfg["what"] in ("policy", "step"):  # the policy's benchmarks: per GPU count, not per backend
+    if cfg["what"] in ("policy", "step"):  # the policy's benchmarks: per GPU count, not per device
         import torch
         dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"{os.cpu_count()}-core CPU"
         res = dict(device=dev, torch=torch.__version__, config=cfg,
@@ -637,17 +636,17 @@ def run(cfg):
         return
     if cfg["what"] not in ("throughput", "stability", "all", "gpus", "sandbox", "load"):
         raise ValueError(f"--what is throughput, stability, all, gpus, sandbox, load, policy or step, not {cfg['what']!r}")
-    backend = kernels.pick_backend(cfg["backend"])  # the device
-    cfg["backend"] = backend
-    pairs = seed_pairs(cfg, config.pick_language(cfg["language"], backend))
+    device, language = kernels.target(cfg)  # where candidates run (--language can move them)
+    cfg["device"] = device
+    pairs = seed_pairs(cfg, language)
     if not pairs:
         raise ValueError("no candidates for this device and language")
     tmp = None
     if cfg["fresh_cache"] and not cfg["cache_dir"]:
         tmp = cfg["cache_dir"] = tempfile.mkdtemp(prefix="bench-cache-")  # cold means cold
     import torch
-    dev = torch.cuda.get_device_name(0) if backend == "cuda" else f"{os.cpu_count()}-core CPU"
-    print(f"backend {backend} on {dev}; torch {torch.__version__}")
+    dev = torch.cuda.get_device_name(0) if device == "cuda" else f"{os.cpu_count()}-core CPU"
+    print(f"device {device} on {dev}; torch {torch.__version__}")
     res = dict(device=dev, torch=torch.__version__, config=cfg)
     try:
         if cfg["what"] in ("throughput", "all"):
@@ -663,7 +662,7 @@ def run(cfg):
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    path = os.path.join(cfg["out"], "bench", f"{cfg['what']}-{backend}.json")
+    path = os.path.join(cfg["out"], "bench", f"{cfg['what']}-{device}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     json.dump(res, open(path, "w"), indent=1)
     print(f"results: {path}")

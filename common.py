@@ -51,6 +51,10 @@ def dist_setup(cfg):
     share = len(cores) // nlocal
     if share >= 1:
         os.sched_setaffinity(0, cores[local * share:(local + 1) * share])
+    if cuda and cfg["device"] == "auto" and cfg["language"] == "auto":
+        import kernels  # lazily: the evaluator's own look at the machine
+        if kernels.pick_device("auto") == "cpu":  # a GPU but no nvcc: C++ on the host, as --device auto judges
+            cfg = dict(cfg, language="cpp")
     cfg = dict(cfg, device=f"cuda:{local}" if cuda else "cpu", gpus=str(local) if cuda else cfg["gpus"])
     return dist.get_rank(), world, cfg
 
@@ -187,13 +191,24 @@ MADE_WITH = ("model", "tiny_dim", "tiny_layers", "tiny_heads", "tiny_vocab", "lo
 
 
 def stated_language(cfg):
-    """The kernel language --backend and --language name, as kernels.target reads them but
-    without the machine: "auto" where both are auto (the machine's own; kernels, which imports
-    this module through taskset, is not imported here). --backend beside a named language
-    changes only where candidates are timed."""
-    if cfg["language"] != "auto" or cfg["backend"] == "auto":
+    """The kernel language --device and --language name, as kernels.target reads them but
+    without the machine: "auto" where both are auto (the machine's own). A named language is
+    the language whatever the device (it moves candidates to a device it runs on). A
+    run_config.json written before --backend became --device names where candidates ran in
+    "backend": named, its own language; auto beside a named --device (the policy's; torchrun
+    ranks save theirs), the machine's own, as kernels.pick_device("auto") reads this machine."""
+    if cfg["language"] != "auto":
         return cfg["language"]
-    return config.pick_language("auto", cfg["backend"])
+    device = cfg["device"]
+    if "backend" in cfg:  # an older folder's
+        if cfg["backend"] != "auto" or device == "auto":
+            device = cfg["backend"]
+        else:
+            import kernels  # lazily: only for such folders (it imports torch to look for a GPU)
+            device = kernels.pick_device("auto")
+    if device == "auto":
+        return "auto"
+    return config.pick_language("auto", "cuda" if device.startswith("cuda") else device)
 
 
 def _show(key, value):

@@ -13,14 +13,18 @@ import json
 import os
 import re
 
-# the evaluator's own settings and languages live with it (the kernels package stands alone)
+# the evaluator's own settings and languages live with it (the kernels package stands alone);
+# --device, which the evaluator reads too (kernels.settings.DEFAULTS), is declared once, below
 from kernels.settings import EVALUATOR, LANGUAGES, pick_language  # noqa: F401 (config.LANGUAGES, config.pick_language)
 
 # Every setting: (default, one-line meaning), grouped by what reads it. The type of the
 # default is the setting's type. `--help` prints the groups a script reads.
 SETTINGS = {
-    "run": ("tasks, outputs (every script)", dict(
+    "run": ("tasks, device, outputs (every script)", dict(
         tasks=("builtin", "builtin | a tasks folder | a KernelBench folder | a .py | a .jsonl"),
+        device=("auto", "auto | cuda | cuda:N | cpu: where the policy runs and candidates are judged (auto: a GPU "
+                        "if any, for candidates one with nvcc; else the CPU); a --language that does not run "
+                        "there judges on its own device (cpp: the CPU)"),
         only=("", "comma list of task names (or KernelBench ids such as L1_19) to keep"),
         solutions=("", "evaluate.py, bench.py: a .py | a folder | a .jsonl (the CUDA-L1 release layout too)"),
         out=("out", "output root: stages write out/<config>/<stage>/"),
@@ -30,7 +34,6 @@ SETTINGS = {
     "evaluator": EVALUATOR,
     "model": ("the policy (policy.py)", dict(
         model=("", "\"\" = the tiny built-in model; a local path or hub name; random:<shape> (bench.py)"),
-        device=("auto", "auto | cuda | cpu"),
         dtype=("auto", "auto (bf16 on GPU for inference, fp32 for training and on CPU) | bf16 (training: bf16 weights, "
                         "fp32 master copies in the optimizer) | fp32"),
         tiny_dim=(192, "the tiny built-in model: width"),
@@ -142,7 +145,7 @@ DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items(
 
 # Settings with a fixed set of values, and numbers with a floor: checked in parse(), so a
 # typo fails in the first second, not after an hour of judging.
-CHOICES = dict(backend=("auto", "cuda", "cpu"), language=("auto",) + tuple(LANGUAGES), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
+CHOICES = dict(language=("auto",) + tuple(LANGUAGES), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
                grad_ckpt=("auto", "on", "off"), sampler=("auto", "compile", "hf"), top_p_draw=("sort", "reject"),
                decode_attention=("auto", "sdpa"), exemplars=("bucket", "random"), st_keep=("success", "speedup"),
                baseline=("eager", "compile"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy", "step"))
@@ -163,7 +166,7 @@ BENCH = ("run", "evaluator", "model", "crl", "bench")
 SCRIPTS = {"sft.py": STAGE1, "selftrain.py": STAGE2, "crl.py": STAGE3, "evaluate.py": EVALUATE, "bench.py": BENCH}
 
 PRESETS = {
-    # The offline default: tiny built-in model, built-in suite, backend picked from the machine.
+    # The offline default: tiny built-in model, built-in suite, device picked from the machine.
     # The tiny model's replies are at most ~110 tokens (its tokenizer packs whole lines), so
     # a 256-token cap stops a runaway sample early; tasks run in milliseconds, so a candidate
     # still running after 60 s is stuck.
@@ -261,6 +264,11 @@ def _convert(key, text, default):
         raise ValueError(f"--{key} wants a {type(default).__name__}, got {text!r}") from None
 
 
+# Settings that were renamed or merged: the old name is refused, with where it went.
+RENAMED = dict(backend="--backend is now --device, where the policy runs and candidates are judged; "
+                       "--language=cpp judges on the CPU beside a GPU policy")
+
+
 def parse(argv, defaults=DEFAULTS, sections=None):
     """argv (without the program name) -> config dict. Raises ValueError on bad input.
     sections: the setting groups the calling script reads; a setting outside them would be
@@ -287,6 +295,8 @@ def parse(argv, defaults=DEFAULTS, sections=None):
         if key not in defaults:
             near = difflib.get_close_matches(key, list(defaults), n=1)
             hint = f" (did you mean --{near[0]}?)" if near else ""
+            if key in RENAMED:
+                hint = f" ({RENAMED[key]})"
             raise ValueError(f"unknown setting --{key}{hint}")
         if sections is not None and key != "config" and key not in read_by(sections):
             users = [name for name, secs in SCRIPTS.items() if key in read_by(secs)]

@@ -455,6 +455,8 @@ def settings_key(cfg, device, language, kernelbench):
     """A fingerprint of the settings a verdict depends on: journalled verdicts are reused
     (--resume) only under the same ones."""
     judged = {k: cfg[k] for k in config.SETTINGS["evaluator"][1] if k not in OPERATIONAL}
+    # the device judged on keeps its old key ("backend", a setting's name until --device took
+    # its place): journals written before stay readable under the same fingerprint
     return taskset.sha(json.dumps(dict(judged, backend=device, language=language, kernelbench=kernelbench), sort_keys=True,
                                   default=str))[:16]
 
@@ -524,10 +526,10 @@ def print_account(a):
 
 
 def device_why(cfg, device):
-    """Why this machine runs candidates on `device` (kernels.pick_backend's choice), for error
+    """Why this machine runs candidates on `device` (kernels.target's choice), for error
     messages."""
-    if cfg["backend"] != "auto":
-        return f"--backend={cfg['backend']}"
+    if cfg["device"] != "auto" and cfg["device"].split(":")[0] == device:
+        return f"--device={cfg['device']}"
     if cfg["language"] != "auto":
         return f"--language={cfg['language']}"
     import torch
@@ -548,11 +550,11 @@ def nothing_to_evaluate(p, cfg, ev, tasks):
                          f"on {ev.device} ({device_why(cfg, ev.device)})"))
         todo.append(f"give solutions written for {ev.language} (the built-in tasks' are in {seeds})")
         if ev.device == "cuda":
-            todo.append("run them with --backend=cpu")
-        elif cfg["backend"] == "auto":
+            todo.append("run them with --device=cpu")
+        elif cfg["device"] != "cpu":
             todo.append("run on a machine with a CUDA GPU and nvcc")
         else:
-            todo.append("drop --backend=cpu (on a machine with a CUDA GPU and nvcc)")
+            todo.append("drop --device=cpu (on a machine with a CUDA GPU and nvcc)")
     if p.unmatched:
         k, names = len(p.unmatched), ", ".join(t.name for t in tasks[:8]) + (", ..." if len(tasks) > 8 else "")
         where = f"of --tasks {cfg['tasks']}" if tasks else "as they carry no ref_code and no --tasks was given"

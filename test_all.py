@@ -65,7 +65,7 @@ def cache(tmp_path_factory):
 
 
 def make_eval(cache, backend, **kw):
-    return kernels.Evaluator(dict(FAST, cache_dir=cache, backend=backend, **kw))
+    return kernels.Evaluator(dict(FAST, cache_dir=cache, device=backend, **kw))
 
 
 @pytest.fixture(scope="session")
@@ -92,6 +92,7 @@ def test_config_presets_and_overrides():
     (["--tasks"], "needs a value"),
     (["--lr", "--crl_steps", "3"], "--lr needs a value"),
     (["--device=gpu"], "--device is auto | cuda | cpu, not 'gpu'"),
+    (["--backend", "cpu"], r"unknown setting --backend \(--backend is now --device"),
     (["--sampler=foo"], "--sampler is auto | hf"),
     (["--samples=-1"], "--samples must be at least 0"),
     (["--crl_samples=0"], "--crl_samples must be at least 1"),
@@ -425,10 +426,11 @@ def test_pair_up_filters_by_only_and_language(tasks):
 
 
 def test_device_and_language_are_two_settings(cache):
-    """--backend picks the device (and the task sizes), --language the kernel language (prompt
+    """--device picks the device (and the task sizes), --language the kernel language (prompt
     format, seed folder, which solutions match); either alone implies the other, as the only
-    each device's own language is cuda on a GPU and cpp on a CPU (Triton runs on both); a pair
-    that does not exist is refused."""
+    each device's own language is cuda on a GPU and cpp on a CPU (Triton runs on both); a named
+    language that does not run on --device moves the candidates to its device. --backend, the
+    device's old name, is refused with where it went."""
     assert config.pick_language("auto", "cpu") == "cpp" and config.pick_language("auto", "cuda") == "cuda"
     assert config.pick_language("triton", "cpu") == config.pick_language("triton", "cuda") == "triton"
     with pytest.raises(ValueError, match="--language=cpp runs on cpu, not on cuda"):
@@ -437,8 +439,20 @@ def test_device_and_language_are_two_settings(cache):
     assert all(os.path.isdir(os.path.join(HERE, "tasks", "seeds", lang)) for lang in config.LANGUAGES)
     with make_eval(cache, "auto", language="cpp") as ev:
         assert (ev.device, ev.language) == ("cpu", "cpp") and ev.env["KERNELS_DEVICE"] == "cpu"
-    with pytest.raises(SystemExit, match="--language=cuda runs on cuda, not on cpu"):
-        evaluate.main(["--backend=cpu", "--language=cuda", "--solutions=tasks/seeds/cuda", f"--cache_dir={cache}"])
+    with make_eval(cache, "cuda", language="cpp") as ev:  # a GPU policy's run judging C++: on the CPU
+        assert (ev.device, ev.language) == ("cpu", "cpp") and ev.env["KERNELS_DEVICE"] == "cpu"
+    target = lambda device, language: kernels.target(dict(device=device, language=language))  # noqa: E731
+    assert target("cuda", "cpp") == target("cuda:1", "cpp") == ("cpu", "cpp")
+    assert target("cpu", "cuda") == target("auto", "cuda") == ("cuda", "cuda")
+    assert target("cuda:1", "auto") == ("cuda", "cuda") and target("cpu", "auto") == ("cpu", "cpp")
+    assert target("cpu", "triton") == ("cpu", "triton") and target("cuda", "triton") == ("cuda", "triton")
+    assert kernels.pick_device("cuda:3") == "cuda"
+    with pytest.raises(SystemExit, match=r"unknown setting --backend \(--backend is now --device"):
+        evaluate.main(["--backend=cpu", "--solutions=tasks/seeds/cpp", f"--cache_dir={cache}"])
+    with pytest.raises(SystemExit, match=r"--backend is now --device"):
+        __import__("crl").main(["--backend", "cpu"])
+    with pytest.raises(ValueError, match="backend setting is now device"):
+        kernels.Evaluator(dict(backend="cpu"))
 
 
 @pytest.mark.slow
@@ -494,7 +508,7 @@ def test_kernelbench_problems_in_triton(cache, tmp_path, backend):
             (tmp_path / "kb" / f"level{r['level']}" / f"{r['problem_id']}_{r['name']}.py").write_text(code)
     sols = os.path.join(HERE, "honest", "kernelbench-triton")
     assert len(glob.glob(os.path.join(sols, "level*", "*.py"))) == len(_KB_SMALL)
-    args = [f"--backend={backend}", "--language=triton", f"--tasks={tmp_path / 'kb'}", f"--cache_dir={cache}",
+    args = [f"--device={backend}", "--language=triton", f"--tasks={tmp_path / 'kb'}", f"--cache_dir={cache}",
             "--progress=false", "--timing_rounds=2"]
     evaluate.main(args + [f"--solutions={sols}", "--kernelbench_verdict=always", f"--out={tmp_path / 'a'}"])
     [path] = glob.glob(str(tmp_path / "a" / "evaluate" / "*.json"))
@@ -657,7 +671,7 @@ def test_timed_calls_never_repeat_an_input_set():
 ])
 def test_timing_plan_counts_each_call_it_makes(ref_ms, new_ms, first_ms, calls):
     from kernels import timing
-    cfg = dict(config.DEFAULTS, backend="cpu")
+    cfg = dict(config.DEFAULTS, device="cpu")
     h = _TimedHarness(cfg)
     ref, new = h.program(ref_ms), h.program(new_ms, first_ms)
     r, n, spread = timing.run_timing(h, ref, new)
@@ -671,7 +685,7 @@ def test_timing_extra_rounds_follow_the_speedup(shared, rounds):
     both programs (a clock change both share) the speedup holds and timing_rounds (4) do; for
     the candidate alone the speedups disagree and it gets max_rounds (10)."""
     from kernels import timing
-    cfg = dict(config.DEFAULTS, backend="cpu")
+    cfg = dict(config.DEFAULTS, device="cpu")
     h = _TimedHarness(cfg)
     # calls 0-7 (of both programs): warm-up and the 3-pair estimate; then rounds of 100 pairs
     slow = lambda k: 1.2 if k >= 8 and (k - 8) // 200 % 2 else 1.0
@@ -689,7 +703,7 @@ def test_cpu_rounds_under_load_are_measured_again_then_flagged(monkeypatch, load
     The probe is a fake that reports a full core of load for the first `loaded_rounds` rounds."""
     from kernels import timing
     monkeypatch.setattr(timing, "_SLEEP", lambda s: None)
-    cfg = dict(config.DEFAULTS, backend="cpu")
+    cfg = dict(config.DEFAULTS, device="cpu")
     h = _TimedHarness(cfg)
     seen = []
 
@@ -725,7 +739,7 @@ def test_the_second_timer_under_load_measures_again_and_a_disagreement_is_measur
     from kernels import confirm
     monkeypatch.setattr(confirm.timing, "_SLEEP", lambda s: None)
     monkeypatch.setattr(confirm, "SECONDS", 0.01)
-    h = _TimedHarness(dict(config.DEFAULTS, backend="cpu"))
+    h = _TimedHarness(dict(config.DEFAULTS, device="cpu"))
     seen = []
 
     class Probe:
@@ -2116,7 +2130,7 @@ def test_stale_locks_are_cleaned(cache):
     open(lock, "w").close()
     old = time.time() - 10 * 3600
     os.utime(lock, (old, old))
-    kernels.Evaluator(dict(cache_dir=cache, backend="cpu")).close()
+    kernels.Evaluator(dict(cache_dir=cache, device="cpu")).close()
     assert not os.path.exists(lock)
 
 
@@ -2481,7 +2495,7 @@ def test_bench_step_times_a_stage3_step_and_costs_its_judging(cache, tmp_path):
     part's seconds, with the judging of real candidates (the seeds) beside them; --overlap also
     times steps whose judging is real, one part after another and overlapped."""
     out = run_script("bench.py", ["--what=step", "--shapes=tiny", "--modes=lora", "--crl_tasks_per_step=1",
-                                  "--crl_samples=2", "--max_new_tokens=16", "--gen_batch=4", "--backend=cpu",
+                                  "--crl_samples=2", "--max_new_tokens=16", "--gen_batch=4", "--language=cpp",
                                   "--only=gelu", f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false",
                                   "--timing_rounds=2", "--round_seconds=0.05", "--overlap"])
     assert "judging: 2 seeds in" in out and "2 ok" in out and "nothing overlapped" in out, out
@@ -2497,7 +2511,7 @@ def test_bench_step_times_a_stage3_step_and_costs_its_judging(cache, tmp_path):
 def test_bench_commands_print_their_tables(cache, tmp_path):
     """The README's bench.py commands (throughput, stability, sandbox) on one CPU task's two
     seeds with short timing: each prints its table and writes its JSON; every seed is ok."""
-    common_args = ["--backend=cpu", f"--cache_dir={cache}", "--fresh_cache=false", f"--out={tmp_path}",
+    common_args = ["--device=cpu", f"--cache_dir={cache}", "--fresh_cache=false", f"--out={tmp_path}",
                    "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
     out = run_script("bench.py", ["--what=all", "--only=gelu", *common_args])
     assert "throughput, 2 unique candidates" in out and "stability: speedup" in out, out
@@ -2519,7 +2533,7 @@ def test_bench_commands_print_their_tables(cache, tmp_path):
 @pytest.mark.slow
 def test_evaluate_cli_writes_results(cache, tmp_path):
     sols = os.path.join(HERE, "tasks", "seeds", "cpp")
-    argv = ["--backend=cpu", "--tasks=builtin", f"--solutions={sols}", "--only=gelu,diag_matmul",
+    argv = ["--device=cpu", "--tasks=builtin", f"--solutions={sols}", "--only=gelu,diag_matmul",
             f"--cache_dir={cache}", f"--out={tmp_path}", "--progress=false", "--timing_rounds=2",
             "--round_seconds=0.05"]
     r = subprocess.run([sys.executable, "evaluate.py", *argv], cwd=HERE, capture_output=True, text=True, timeout=900)
@@ -2552,7 +2566,7 @@ def test_evaluate_journals_verdicts_and_resumes_after_an_interruption(cache, tmp
     the same evaluator settings (a line torn by a kill skipped) and judges only the rest; other
     settings reuse nothing."""
     sols = os.path.join(HERE, "tasks", "seeds", "cpp")
-    argv = ["--backend=cpu", "--tasks=builtin", f"--solutions={sols}", "--only=gelu", f"--cache_dir={cache}",
+    argv = ["--device=cpu", "--tasks=builtin", f"--solutions={sols}", "--only=gelu", f"--cache_dir={cache}",
             f"--out={tmp_path}", "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
     first, _ = evaluate.main(argv)
     [journal] = glob.glob(str(tmp_path / "evaluate" / "*.verdicts.jsonl"))
@@ -2585,7 +2599,7 @@ def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path
                                       dict(task_id=21, ref_code=tasks["gelu"].code, custom_code=mutates, score=1.0)]}))
     sols = taskset.load_solutions(str(path))
     assert [(s.level, s.problem_id, s.score) for s in sols] == [(1, 19, 2.0), (1, 20, 5.0), (1, 21, 1.0)]
-    _, summary = evaluate.main([f"--solutions={path}", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
+    _, summary = evaluate.main([f"--solutions={path}", "--device=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
                                 "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"])
     a = summary["audit"]
     assert a["n"] == 3 and a["both"] == 1
@@ -2601,7 +2615,7 @@ def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path
     assert len(table) == 5 and "incorrect | mismatch | incorrect/mismatch" in table[-2], table
     assert len(open(md[:-3] + ".csv").read().splitlines()) == 4
     # --only keeps such records by their KernelBench id (their tasks come with them, not from --tasks)
-    _, one = evaluate.main([f"--solutions={path}", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
+    _, one = evaluate.main([f"--solutions={path}", "--device=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
                             "--progress=false", "--only=L1_20"])
     assert one["audit"]["n"] == 1 and one["audit"]["not_accepted"] == {"incorrect/mismatch": 1}, one["audit"]
 
@@ -2716,7 +2730,7 @@ def test_evaluate_prints_a_real_build_error(cache, tmp_path, monkeypatch, capsys
         "'''\nlib = kernels.load_cpp(SRC)\n"
         "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
     monkeypatch.chdir(tmp_path)
-    evaluate.main(["--solutions=sols", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
+    evaluate.main(["--solutions=sols", "--device=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
                    "--progress=false"])
     out = capsys.readouterr().out
     assert "  gelu sols/gelu/broken.py: line 3 (kernel.cpp:1:" in out and "not_declared_here" in out.split("compile errors")[1]
@@ -2752,13 +2766,13 @@ def test_evaluate_says_why_there_is_nothing_to_evaluate(cache, tmp_path, tasks, 
             evaluate.main([f"--solutions={tmp_path / spec}", f"--cache_dir={cache}"])
     cuda = os.path.join(HERE, "tasks", "seeds", "cuda")
     with pytest.raises(SystemExit, match=r"all \d+ solutions are written for cuda and this machine runs cpp on cpu "
-                                         r"\(--backend=cpu\): give solutions written for cpp .*tasks/seeds/cpp"):
-        evaluate.main([f"--solutions={cuda}", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
+                                         r"\(--device=cpu\): give solutions written for cpp .*tasks/seeds/cpp"):
+        evaluate.main([f"--solutions={cuda}", "--device=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
                        "--progress=false"])
     # the same on a machine without a GPU, and solutions named after no task
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     import types
-    cfg, ev = dict(backend="auto", language="auto", tasks="builtin"), types.SimpleNamespace(device="cpu", language="cpp")
+    cfg, ev = dict(device="auto", language="auto", tasks="builtin"), types.SimpleNamespace(device="cpu", language="cpp")
     p = taskset.pair_up(list(tasks.values()), taskset.load_solutions(cuda), "", "cpp")
     msg = evaluate.nothing_to_evaluate(p, cfg, ev, list(tasks.values()))
     assert f"all {len(p.other_language)} solutions are written for cuda" in msg and "(no CUDA GPU)" in msg
@@ -2775,7 +2789,7 @@ def test_a_misnamed_solution_is_complained_about_once(cache, tmp_path, capsys):
     sol = tmp_path / "my_kernel.py"
     sol.write_text(open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read())
     with pytest.raises(SystemExit) as e:
-        evaluate.main([f"--solutions={sol}", "--backend=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
+        evaluate.main([f"--solutions={sol}", "--device=cpu", f"--cache_dir={cache}", f"--out={tmp_path}",
                        "--progress=false"])
     out = capsys.readouterr()
     said = str(e.value) + out.out + out.err
@@ -2860,7 +2874,7 @@ def test_tiny_tokenizer_holds_each_languages_seeds_in_whole_lines():
             text = prompts.completion(open(path).read())
             per_token = len(text) / len(tok(text, add_special_tokens=False)["input_ids"])
             assert per_token >= 25, (path, per_token)
-    cfg = config.parse(["--config", "small", "--device=cpu", "--backend=cpu"])
+    cfg = config.parse(["--config", "small", "--device=cpu"])
     assert policy.load(cfg)[1].get_vocab() == tiny_lm.build_tokenizer(tiny_lm.corpus("cpp"), cap).get_vocab()
 
 
@@ -4311,7 +4325,7 @@ def test_a_stage_folder_of_another_model_is_refused_before_it_is_reused(tmp_path
     assert common.start_stage(small(tmp_path), "crl") == (out, False)
 
 
-def test_what_a_folder_is_compared_on(tmp_path):
+def test_what_a_folder_is_compared_on(tmp_path, monkeypatch):
     """Only the settings that make a checkpoint what it is; a key an older run_config.json
     lacks counts as its default; a path written two ways is one path."""
     saved = dict(config.DEFAULTS, init_from="out/small/sft/", tasks="tasks")
@@ -4325,13 +4339,25 @@ def test_what_a_folder_is_compared_on(tmp_path):
     lora = dict(saved, lora_rank=8)
     assert common.made_differently(lora, dict(lora, lora_alpha=4.0)) == [("lora_alpha", 0.0, 4.0)]
     assert common.made_differently(saved, dict(saved, lora_alpha=4.0)) == []
-    # the kernel language --backend and --language name (auto: the machine's own, which the
+    # the kernel language --device and --language name (auto: the machine's own, which the
     # first run's machine may not have shared)
-    cpu = dict(saved, backend="cpu")
+    cpu = dict(saved, device="cpu")
     assert common.made_differently(cpu, dict(saved, language="cpp")) == []
-    assert common.made_differently(dict(saved, language="triton", backend="cuda"), dict(cpu, language="triton")) == []
-    assert common.made_differently(dict(saved, backend="cuda"), cpu) == [("language", "cuda", "cpp")]
+    assert common.made_differently(cpu, dict(saved, device="cuda:1", language="cpp")) == []
+    assert common.made_differently(dict(saved, language="triton", device="cuda"), dict(cpu, language="triton")) == []
+    assert common.made_differently(dict(saved, device="cuda:0"), cpu) == [("language", "cuda", "cpp")]
     assert common.made_differently(saved, cpu) == [("language", "auto", "cpp")]
+    # a folder written with --backend (the device's old name) still resumes where they agree; its
+    # backend=auto beside a named device (a torchrun rank's cuda:N) was this machine's own language
+    old = {k: v for k, v in saved.items() if k != "device"}
+    assert common.made_differently(dict(old, backend="cpu", device="cuda"), cpu) == []
+    assert common.made_differently(dict(old, backend="cuda", device="auto"), dict(saved, device="cuda")) == []
+    assert common.made_differently(dict(old, backend="auto", device="auto"), saved) == []
+    assert common.made_differently(dict(old, backend="cpu", device="auto"), dict(saved, device="cuda")) == \
+        [("language", "cpp", "cuda")]
+    monkeypatch.setattr(kernels, "pick_device", lambda name: "cuda")  # a GPU machine with nvcc
+    assert common.made_differently(dict(old, backend="auto", device="cuda:0"), dict(saved, device="cuda:0")) == []
+    assert common.made_differently(dict(old, backend="auto", device="cpu"), cpu) == [("language", "cuda", "cpp")]
     assert common._show("language", "auto") == "--language='auto' (the device's own)"
 
 
@@ -4486,7 +4512,7 @@ def test_kept_variants_are_judged_again_against_their_own_task(cache, tasks):
     seed = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     wrong = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
     data = [dict(task="L1_19_GELU", task_code=ref, code=seed), dict(task="L1_19_GELU", task_code=ref, code=wrong)]
-    cfg = config.parse(["--backend=cpu", f"--cache_dir={cache}", "--progress=false", "--timing_rounds=2",
+    cfg = config.parse(["--device=cpu", f"--cache_dir={cache}", "--progress=false", "--timing_rounds=2",
                         "--round_seconds=0.05"])
     kept = sft.time_kept(cfg, data)
     assert [d["code"] for d in kept] == [seed] and kept[0]["speedup"] > 0 and kept[0]["timed"]["status"] == "ok"
@@ -4532,7 +4558,7 @@ def torchrun(script, argv, nproc=2, timeout=900):
 @pytest.mark.slow
 def test_evaluate_under_torchrun_matches_one_process(cache, tmp_path):
     sols = os.path.join(HERE, "tasks", "seeds", "cpp")
-    argv = ["--backend=cpu", f"--solutions={sols}", "--only=gelu,diag_matmul,row_sum", f"--cache_dir={cache}",
+    argv = ["--device=cpu", f"--solutions={sols}", "--only=gelu,diag_matmul,row_sum", f"--cache_dir={cache}",
             "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
     stdout = torchrun("evaluate.py", argv + [f"--out={tmp_path / 'two'}"])
     assert "candidates: 6/6 correct" in stdout and stdout.count("results:") == 1, stdout[-3000:]  # rank 0 reports

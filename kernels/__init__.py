@@ -6,7 +6,7 @@ holds an Evaluator.
     python evaluate.py --tasks builtin --solutions tasks/seeds/cpp      # the usual front end
 
     import kernels
-    with kernels.Evaluator(dict(backend="cpu")) as ev:   # settings.py: every key and its default
+    with kernels.Evaluator(dict(device="cpu")) as ev:    # settings.py: every key and its default
         [v] = ev.evaluate([(task, code)])       # v.status, v.reason, v.speedup, v.log ...
 
 The project's own candidate format (builds.py) builds in seconds: CUDA (or C++) source free
@@ -29,7 +29,7 @@ import importlib
 # Imported when first used, so that `import kernels.settings` (config.py does) costs nothing.
 PUBLIC = {
     "builds": ("KERNEL_CALLS", "BuildError", "cache_root", "load_cpp", "load_cuda", "parse_exports"),
-    "evaluator": ("Evaluator", "pick_backend", "target"),
+    "evaluator": ("Evaluator", "pick_device", "target"),
     "verdicts": ("Reject", "Verdict", "median", "trim_log", "unusable"),
     "source": ("Solution", "sha", "top_names"),
 }

@@ -1,7 +1,7 @@
 """The Evaluator: schedules compile and run workers (worker.py) over the CPU cores and GPUs
 and turns what they report into Verdicts. Candidate code never runs in this process.
 
-    with kernels.Evaluator(dict(backend="cpu")) as ev:   # settings.py: every key and its default
+    with kernels.Evaluator(dict(device="cpu")) as ev:    # settings.py: every key and its default
         [v] = ev.evaluate([(task, code)])       # v.status, v.reason, v.speedup, v.log ...
 """
 import contextlib
@@ -22,24 +22,32 @@ CONFIRM_TRIES = 3  # second measurements of one candidate, where each disagreed 
 # ----------------------------------------------------------------------------------------
 # The parent: schedule compile workers on the CPU cores and run workers on the GPUs
 
-def pick_backend(name):
-    """--backend -> the device candidates run on: cuda where a GPU and nvcc are, else cpu."""
+def pick_device(name):
+    """--device -> the device candidates run on: cuda (cuda:N too: the evaluator uses every
+    visible GPU, or --gpus), cpu, or for auto cuda where a GPU and nvcc are, else cpu."""
     if name in ("cuda", "cpu"):
         return name
+    if name.startswith("cuda:") and name[5:].isdigit():
+        return "cuda"
     if name != "auto":
-        raise ValueError(f"backend must be auto, cuda or cpu, not {name!r}")
+        raise ValueError(f"device must be auto, cuda, cuda:N or cpu, not {name!r}")
     import torch
     return "cuda" if torch.cuda.is_available() and shutil.which("nvcc") else "cpu"
 
 
 def target(cfg):
     """-> (device, language): the device candidates run on and the language they are written
-    in (settings.LANGUAGES). --backend picks the device, --language the language; either alone
-    implies the other."""
-    by_language = cfg["backend"] == "auto" and cfg["language"] != "auto"
-    devices = settings.LANGUAGES[cfg["language"]] if by_language else ()
-    device = pick_backend(devices[0] if len(devices) == 1 else cfg["backend"])
-    return device, settings.pick_language(cfg["language"], device)
+    in (settings.LANGUAGES). --device picks the device (pick_device), --language the language
+    (auto: the device's own); a named language that does not run on that device runs on its
+    first device instead (--language=cpp beside a GPU policy: candidates on the CPU)."""
+    language = cfg["language"]
+    if language != "auto" and len(settings.LANGUAGES[language]) == 1 and cfg["device"] == "auto":
+        device = settings.LANGUAGES[language][0]  # the machine does not matter (nor torch's import)
+    else:
+        device = pick_device(cfg["device"])
+    if language != "auto" and device not in settings.LANGUAGES[language]:
+        device = settings.LANGUAGES[language][0]
+    return device, settings.pick_language(language, device)
 
 
 def _tail(path, n=3000):
@@ -57,12 +65,14 @@ class Evaluator:
     the CPU cores; run workers check and time them, checks_per_gpu at once on each GPU,
     and each times with the GPU to itself (gate.py), so no two timings share a GPU and no
     check runs beside a timing. Every worker is a fresh process forked from a server that
-    has torch imported, runs one job and exits. On the CPU backend one run worker checks
+    has torch imported, runs one job and exits. On the CPU device one run worker checks
     and times at a time, and timing never overlaps compilation."""
 
     def __init__(self, cfg=None, **overrides):
         import multiprocessing as mp
         self.cfg = {**settings.DEFAULTS, **(cfg or {}), **overrides}
+        if "backend" in self.cfg:  # the setting's old name: ignored, it would judge elsewhere than asked
+            raise ValueError("the evaluator's backend setting is now device (auto | cuda | cpu)")
         self.device, self.language = target(self.cfg)
         self.cache = cache_root(self.cfg)
         os.makedirs(self.cache, exist_ok=True)
@@ -107,7 +117,7 @@ class Evaluator:
             n = torch.cuda.device_count()
             self.gpus = [int(g) for g in self.cfg["gpus"].split(",")] if self.cfg["gpus"] else list(range(n))
             if not self.gpus:
-                raise ValueError("backend cuda, but no GPU is visible")
+                raise ValueError("device cuda, but no GPU is visible")
             arch = gate.gpu_arch(self.gpus[0])
             self.env.update(KERNELS_CUDA_ARCH=arch, TORCH_CUDA_ARCH_LIST=f"{arch[:-1]}.{arch[-1]}")
             # Two cores per GPU for its timing worker, the rest for compilers: builds then

@@ -9,7 +9,7 @@ is left queued on the device), stops their process groups (SIGSTOP: a thread a c
 left behind launches nothing either), and hands the GPU over. After the timing (release)
 the worker that timed pauses too: the next waiting worker times, or all paused ones go on
 (the one that timed to its last check). Time spent paused or waiting does
-not count against a worker's deadlines. The CPU backend shares its one device, the CPU, the
+not count against a worker's deadlines. The CPU device is shared the
 same way (`checks_per_cpu` workers): a timing there has the cores alone.
 
 Host-only work (building a model on the host) needs no pause point: a worker inside it is
@@ -88,7 +88,7 @@ FRAME_SECONDS = 5.0
 
 
 class Open:
-    """The gate of a worker that has its device to itself (CPU backend, compile jobs)."""
+    """The gate of a worker that has its device to itself (the CPU device, compile jobs)."""
     paused = 0.0
 
     def pause_point(self):

@@ -2,11 +2,12 @@
 judges: the kernels package's own, so that it stands alone (`kernels.Evaluator(dict(...))`
 with any of these keys; the project's config.py shows them in every script's --help).
 
-    ev = kernels.Evaluator(dict(backend="cpu", workers=2))   # the rest: DEFAULTS
+    ev = kernels.Evaluator(dict(device="cpu", workers=2))   # the rest: DEFAULTS
 """
 
 # Kernel languages and the devices each one's candidates run on; a device's own language
-# (--language=auto) is the first whose first device it is. A language is one more entry here,
+# (--language=auto) is the first whose first device it is; a named language that does not run
+# on --device runs on its first device (evaluator.target). A language is one more entry here,
 # with its prompt format (prompts.FORMAT) and seeds (tasks/seeds/<language>/). Triton runs on
 # the GPU, and on the CPU through its interpreter (correctness only: its timing means nothing).
 LANGUAGES = {"cuda": ("cuda",), "cpp": ("cpu",), "triton": ("cuda", "cpu")}
@@ -17,21 +18,19 @@ def pick_language(language, device):
     if language == "auto":
         return next(k for k, ds in LANGUAGES.items() if ds[0] == device)
     if device not in LANGUAGES[language]:
-        raise ValueError(f"--language={language} runs on {' or '.join(LANGUAGES[language])}, not on {device} "
-                         f"(--backend={device})")
+        raise ValueError(f"--language={language} runs on {' or '.join(LANGUAGES[language])}, not on {device}")
     return language
 
 
 # Every setting: (default, one-line meaning); the default's type is the setting's type.
 EVALUATOR = ("the evaluator (the kernels package)", dict(
-    backend=("auto", "auto | cuda | cpu: the device candidates run and are timed on (and, unless "
-                     "--language says otherwise, the language they are written in: cuda, or cpp on a cpu)"),
     language=("auto", "auto | cuda | cpp | triton: the kernel language candidates are written in (prompt format, "
-                      "build API, seed folder, which solutions match); auto: the device's own"),
+                      "build API, seed folder, which solutions match); auto: the --device's own; a language "
+                      "that does not run on --device moves the candidates to its device (cpp: the CPU)"),
     gpus=("", "comma list of visible GPU indices for timing workers; \"\" = all"),
     workers=(0, "parallel compile workers; 0 = one per free CPU core"),
     checks_per_gpu=(4, "candidates loaded and checked at once on each GPU (timing always has it alone)"),
-    checks_per_cpu=(2, "with --backend=cpu: candidates loaded and checked at once (timing has the CPU alone, "
+    checks_per_cpu=(2, "on the CPU: candidates loaded and checked at once (timing has the CPU alone, "
                        "the others stopped)"),
     cache_dir=("", "build cache; \"\" = $CUDAL1_CACHE or ~/.cache/cudal1"),
     compile_timeout=(600.0, "seconds for importing a candidate (its builds included)"),
@@ -73,6 +72,8 @@ EVALUATOR = ("the evaluator (the kernels package)", dict(
     time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),
     sandbox=(True, "box candidates (sandbox.py); false only to measure what the box costs"),
 ))
-# What else the Evaluator reads of a script's settings: where the run writes (a folder its
-# jobs must not see) and whether to draw progress bars.
-DEFAULTS = {"out": "", "progress": True, **{k: d for k, (d, _) in EVALUATOR[1].items()}}
+# What else the Evaluator reads of a script's settings: the device candidates run on (--device,
+# declared with the scripts' settings in config.py: the policy's device too; cuda:N is cuda here,
+# every visible GPU or --gpus), where the run writes (a folder its jobs must not see) and whether
+# to draw progress bars.
+DEFAULTS = {"device": "auto", "out": "", "progress": True, **{k: d for k, (d, _) in EVALUATOR[1].items()}}
