@@ -98,6 +98,8 @@ SETTINGS = {
         crl_tasks_per_step=(6, "prompts (tasks) per step, split over ranks"),
         crl_samples=(4, "G: samples per prompt"),
         crl_lr=(1e-4, "learning rate"),
+        crl_warmup=(0, "steps (updates) over which the learning rate rises linearly from crl_lr/W to crl_lr "
+                       "(0 = off): AdamW's first steps move every weight by about the full rate"),
         crl_temperature=(1.0, "sampling temperature in Stage 3 (exploration)"),
         crl_micro_batch=(8, "sequences per forward/backward in the update"),
         ppo_epochs=(2, "inner epochs (optimizer steps) per batch"),
@@ -182,7 +184,7 @@ PRESETS = {
     # thousand-token kernel is a failed build.
     "smol": dict(model="HuggingFaceTB/SmolLM2-135M-Instruct", attempts=8, keep=3, sft_exemplars=2,
                  lr=1e-4, epochs=15, warmup=10, st_rounds=2, st_lr=1e-5, st_epochs=1, st_check_last=True, crl_steps=20,
-                 crl_lr=1e-5, beta=0.04, crl_samples=8, crl_temperature=0.9, gen_batch=48,
+                 crl_lr=1e-5, crl_warmup=5, beta=0.04, crl_samples=8, crl_temperature=0.9, gen_batch=48,
                  max_new_tokens=2304, max_len=8192, run_timeout=60.0, compile_timeout=120.0),
     # A real coder model on one GPU, where you have its weights (local path or hub cache).
     # The settings measured fastest for this shape on an H100 (random weights, results/LOG.md):

@@ -317,6 +317,8 @@ def update(r, d, wait, t0):
     rewards = [row["speedup"] if row and row["status"] == "ok" else 0.0 for row in rows]
     t1 = time.time()
     stale = d.updates < r.updates  # drawn before the last update (--overlap)
+    for g in r.opt.param_groups:  # from the step number: right after a resume too
+        g["lr"] = grpo.warmup_lr(cfg["crl_lr"], step, cfg["crl_warmup"])
     with r.ev.host_gpu():
         adv, st = grpo.learn(cfg, r.model, r.ref_logprobs, r.opt, r.tok, d.samples, update_rewards(rows, rewards),
                              r.world, stale)

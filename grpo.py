@@ -104,6 +104,15 @@ def behaviour_logprobs(rollouts, shape, dev):
     return out
 
 
+def warmup_lr(lr, step, warmup):
+    """Stage 3's learning rate at update `step` (1-based, the Stage 3 step, so a resumed run
+    gets the same rate): rising linearly from lr / warmup at step 1 to lr at step `warmup`,
+    then lr; warmup 0 is off. AdamW's first step moves every weight with a gradient by about
+    lr (m / sqrt(v) is +-1 then), about twice as far as its later steps do: without a warmup
+    a fresh optimizer's first update moved the policy's log-probs the most."""
+    return lr * min(1.0, step / warmup) if warmup > 0 else lr
+
+
 def has_dropout(model):
     """Whether a training forward of the model differs from an evaluation one."""
     cfg = getattr(policy.unwrap(model), "config", None)

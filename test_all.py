@@ -3769,6 +3769,17 @@ def test_update_takes_pi_old_from_its_first_epoch(tiny, monkeypatch):
     assert not has_dropout(tiny_lm.build_model(cfg, tok))
 
 
+def test_crl_warmup_lr_rises_linearly_with_the_step_number():
+    """Stage 3's rate over crl_warmup steps: crl_lr / W at step 1, crl_lr from step W on, a
+    function of the step alone (a resumed run gets the same rate); 0 is off, as by default.
+    AdamW's first update moves every weight by about the full rate (twice a later one)."""
+    assert [grpo.warmup_lr(1e-5, k, 5) for k in range(1, 8)] == pytest.approx([2e-6, 4e-6, 6e-6, 8e-6, 1e-5, 1e-5, 1e-5])
+    assert grpo.warmup_lr(1e-5, 1, 0) == 1e-5 and grpo.warmup_lr(1e-5, 3, 1) == 1e-5
+    assert config.DEFAULTS["crl_warmup"] == 0 and config.parse(["--config", "smol"])["crl_warmup"] == 5
+    with pytest.raises(ValueError):
+        config.parse(["--crl_warmup=-1"])
+
+
 def test_stale_rollouts_take_pi_old_from_the_sampler(tiny):
     """crl.py --overlap updates on samples drawn one update ago: their PPO ratio is taken
     against the log-probs the sampler drew them with (placed as completion_logprobs places
