@@ -161,6 +161,9 @@ def run(cfg):
             raise FileNotFoundError(f"--st_exemplars shows Stage 1's variants: {start_from} has no data.jsonl "
                                     f"(sft.py writes it beside its checkpoint)")
         db = exemplars.Database(data, repair=False)
+        if rank == 0 and not any(db.successes(t.name) for t in tasks):
+            print(f"selftrain: warning: --st_exemplars has nothing to show: {data} holds no timed variant of these "
+                  f"tasks (Stage 1 times what it keeps with --sft_exemplars)")
     t0 = time.time()
     model = policy.prepare(model, cfg, world)  # FSDP2 shards under torchrun with --fsdp
     smp = sampler.Sampler(policy.unwrap(model), cfg)
