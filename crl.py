@@ -353,6 +353,9 @@ def update(r, d, wait, t0):
                 median_speedup=round(kernels.median(okr), 3) if okr else 0.0, max_speedup=round(max(rw, default=0), 3),
                 reward_mean=round(mean, 3), reward_std=round(math.sqrt(sum((x - mean) ** 2 for x in rw) / n), 3),
                 kl=round(st["kl"] / max(1.0, st["tokens"]), 5), kl_old=round(st["kl_old"] / max(1.0, st["tokens"]), 5),
+                # the policy against the sampler on the sampled tokens (grpo.mismatch): mean, max
+                mismatch=round(st["mismatch"] / max(1.0, st["mismatch_tokens"]), 5),
+                mismatch_max=round(st["mismatch_max"], 3),
                 clip_frac=round(st["clipped"] / max(1.0, st["tokens"]), 4),
                 skipped_groups=sum(e["skipped"] for e in every), groups=sum(e["groups"] for e in every),
                 new_variants=len(added), db_size=len(r.db.rows), tasks=by_task, set_aside=set_aside,

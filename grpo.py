@@ -28,6 +28,7 @@ class Rollout:
     adv: float         # its smoothed, group-relative advantage
     behaviour: list = None  # drawn before the last update (crl.py --overlap): the sampler's
                             # log-prob of each token, pi_old of the PPO ratio
+    sampled: list = None    # the sampler's log-prob of each token, for the mismatch statistic only
 
 
 def smooth_rewards(r, k, std_scale=True):
@@ -94,14 +95,23 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, eps, beta, normaliser):
     return loss, stats
 
 
-def behaviour_logprobs(rollouts, shape, dev):
-    """Rollouts' sampler log-probs placed as completion_logprobs places its own (entry t
-    scores token t+1 of prompt + reply) -> (B, T-1), zeros off the replies."""
+def behaviour_logprobs(rollouts, shape, dev, key="behaviour"):
+    """Rollouts' sampler log-probs (the field `key`) placed as completion_logprobs places its
+    own (entry t scores token t+1 of prompt + reply) -> (B, T-1), zeros off the replies."""
     out = torch.zeros(shape, device=dev)
     for r, s in enumerate(rollouts):
         p = len(s.prompt_ids)
-        out[r, p - 1:p - 1 + len(s.ids)] = torch.tensor(s.behaviour[:len(s.ids)], device=dev)
+        out[r, p - 1:p - 1 + len(s.ids)] = torch.tensor(getattr(s, key)[:len(s.ids)], device=dev)
     return out
+
+
+def mismatch(logp, sampled, mask):
+    """How far the policy's log-probs of the sampled tokens are from the sampler's own (its
+    bf16 copy, its cache), before any update: (B, T) each -> (sum, max) of |difference| over
+    the reply tokens. A token the policy finds far less likely than the sampler did gets a
+    PPO gradient as if it were a surprise (a large move in one update)."""
+    d = torch.where(mask.bool(), (logp - sampled).abs(), 0.0)
+    return float(d.sum()), float(d.max()) if d.numel() else 0.0
 
 
 def warmup_lr(lr, step, warmup):
@@ -136,7 +146,8 @@ def _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
     n_tok = sum(len(s.ids) for s in live)
     totals = common.all_gather(dict(tokens=n_tok, seqs=len(live)), world)
     g_tokens = sum(t["tokens"] for t in totals)
-    stats = dict(kl=0.0, kl_old=0.0, clipped=0.0, tokens=0.0, loss=0.0, grad_norm=0.0)
+    stats = dict(kl=0.0, kl_old=0.0, clipped=0.0, tokens=0.0, loss=0.0, grad_norm=0.0, mismatch=0.0,
+                 mismatch_max=0.0, mismatch_tokens=0.0)
     if g_tokens == 0:
         return stats
     # Dr. GRPO: a constant (sequences x max_new_tokens), so long replies are not favoured
@@ -165,6 +176,11 @@ def _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
                 old[i] = logp.detach()
             o = old[i]
             mask = p["completion_mask"][:, 1:].float()
+            if epoch == 0 and all(s.sampled is not None for s in b):
+                total, worst = mismatch(logp.detach(), behaviour_logprobs(b, logp.shape, dev, "sampled"), mask)
+                stats["mismatch"] += total
+                stats["mismatch_tokens"] += float(mask.sum())
+                stats["mismatch_max"] = max(stats["mismatch_max"], worst)
             adv = torch.tensor([s.adv for s in b], device=dev)
             loss, st = grpo_loss(logp, o, r, adv, mask, cfg["clip_eps"], cfg["beta"], normaliser)
             loss.backward()
@@ -175,9 +191,11 @@ def _train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world):
         stats["grad_norm"] = optim.reduce_and_clip(model, opt, world, cfg["grad_clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
-    summed = common.all_gather({k: stats[k] for k in ("kl", "kl_old", "clipped", "tokens", "loss")}, world)
-    for k in ("kl", "kl_old", "clipped", "tokens", "loss"):
+    keys = ("kl", "kl_old", "clipped", "tokens", "loss", "mismatch", "mismatch_tokens")
+    summed = common.all_gather({k: stats[k] for k in keys + ("mismatch_max",)}, world)
+    for k in keys:
         stats[k] = sum(s[k] for s in summed)
+    stats["mismatch_max"] = max(s["mismatch_max"] for s in summed)
     return stats
 
 
@@ -194,7 +212,8 @@ def learn(cfg, model, ref_logprobs, opt, tok, samples, rewards, world, stale=Fal
     G = cfg["crl_samples"]
     adv = group_advantages([rewards[g:g + G] for g in range(0, len(rewards), G)],
                            cfg["reward_clip"], not cfg["dr_grpo"])                         # (P, G)
-    rollouts = [Rollout(s.prompt_ids, s.ids, float(a), s.logps if stale else None) for s, a in zip(samples, adv.reshape(-1))]
+    rollouts = [Rollout(s.prompt_ids, s.ids, float(a), s.logps if stale else None, s.logps)
+                for s, a in zip(samples, adv.reshape(-1))]
     return adv, train_step(cfg, model, ref_logprobs, opt, tok, rollouts, world)
 
 

@@ -3802,6 +3802,35 @@ def test_stale_rollouts_take_pi_old_from_the_sampler(tiny):
         assert st["clipped"] == clipped and (st["kl_old"] < 1e-5) == (shift == 0), (shift, st)
 
 
+def test_update_measures_how_far_the_policy_is_from_the_sampler(tiny):
+    """grpo.mismatch in the update's stats: the policy's log-probs of the sampled tokens
+    against the sampler's own, before the update. The policy's own numbers: 0; every one 0.5
+    higher: mean and max 0.5 over the 6 reply tokens; one token 12 higher (a token the sampler
+    found far likelier than the policy does): the max says so. Without the sampler's
+    log-probs (Hugging Face generate), nothing is measured. The update itself is unchanged."""
+    cfg, _, tok = tiny
+    c = dict(cfg, ppo_epochs=2, crl_micro_batch=4, clip_eps=0.2, beta=0.0, dr_grpo=False, grad_clip=1.0,
+             temperature=0.7, crl_samples=2)
+    rows = [([5, 6, 7], [20, 21, 22, tok.eos_token_id], 1.0), ([5, 6, 7, 8, 9], [30, 31], -1.0)]
+    model = tiny_lm.build_model(cfg, tok)
+    b = policy.pack(tok, [r[0] for r in rows], [r[1] for r in rows])
+    with torch.no_grad():
+        own = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"], 0.7)
+    logps = [own[i, len(p) - 1:len(p) - 1 + len(ids)].tolist() for i, (p, ids, _) in enumerate(rows)]
+    got = {}
+    for name, shift in (("own", lambda lp: lp), ("half", lambda lp: [x + 0.5 for x in lp]),
+                        ("one", lambda lp: [lp[0] + 12.0] + lp[1:]), ("none", lambda lp: None)):
+        torch.manual_seed(0)
+        model = tiny_lm.build_model(cfg, tok)
+        rollouts = [grpo.Rollout(p, ids, a, None, shift(lp)) for (p, ids, a), lp in zip(rows, logps)]
+        got[name] = grpo.train_step(c, model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), tok, rollouts, 1)
+    assert got["own"]["mismatch_tokens"] == 6 and got["own"]["mismatch_max"] < 1e-5
+    assert got["half"]["mismatch"] / 6 == pytest.approx(0.5, abs=1e-4) and got["half"]["mismatch_max"] == pytest.approx(0.5, abs=1e-4)
+    assert got["one"]["mismatch_max"] == pytest.approx(12.0, abs=1e-3) and got["one"]["mismatch"] == pytest.approx(12.0, abs=1e-3)
+    assert got["none"]["mismatch_tokens"] == 0 and got["none"]["mismatch_max"] == 0.0
+    assert len({round(g["loss"], 6) for g in got.values()}) == 1  # the statistic does not touch the update
+
+
 def test_bucket_sampling_frequencies():
     import random
     scores = [0.1, 0.12, 1.0, 1.05, 3.0]  # buckets of width 0.5: {0.1, 0.12}, {1.0, 1.05}, {3.0}
