@@ -6,6 +6,7 @@
     python bench.py --what=throughput --device=cuda --solutions=release_sample.jsonl  # KernelBench's format
     python bench.py --what=gpus --device=cuda   # evaluator throughput on 1 GPU vs all GPUs
     python bench.py --what=sandbox             # what the sandbox costs: runs with and without it
+    python bench.py --what=drift --device=cuda --bench_minutes=20   # the reference's time over 20 minutes
     python bench.py --what=load --device=cpu   # the seeds quiet, then with one core kept busy
     python bench.py --what=policy --shapes=1.5b,7b --modes=full,lora    # one GPU
     python bench.py --what=policy --dtype bf16 --sampler=compile --top_p_draw=reject --compile_update=true  # fastest
@@ -25,7 +26,8 @@ the configured workers (checks_per_gpu run workers share each GPU, checks_per_cp
 timing has the device alone), build latency per candidate, the cost of a build-cache hit,
 and where the time goes.
 Stability: each candidate's speedup from two runs, each in fresh workers; the relative
-difference per candidate and its median over the suite.
+difference per candidate and its median over the suite. Drift: the references' times as the
+minutes pass (drift()).
 Results go to out/bench/<what>-<device>.json.
 """
 import collections
@@ -248,6 +250,35 @@ def stability(cfg, pairs):
     print(f"median difference {100 * med:.2f}%, 90th percentile {100 * pct(diffs, 0.9):.2f}%, "
           f"max {100 * max(diffs or [0]):.2f}% over {len(rows)} candidates")
     return dict(rows=rows, median_diff=med, p90_diff=pct(diffs, 0.9))
+
+
+def drift(cfg, pairs):
+    """How the reference's time moves while the device keeps working: one seed per task judged
+    again every bench_interval seconds for bench_minutes (at least twice), each round in a
+    fresh Evaluator (nothing remembered); per round, each task's reference time (ref_ms)
+    against its first round's. It says how often a reference timed once would have to be
+    timed again to stay within the run-to-run spread (today it is timed beside every
+    candidate, in the candidate's process)."""
+    one = list({t.name: (t, s) for t, s in pairs}.values())
+    rounds, t0 = [], time.time()
+    while True:
+        start = time.time()
+        with kernels.Evaluator(cfg) as ev:
+            vs = ev.evaluate(one, desc=f"round {len(rounds) + 1}")
+        rounds.append(dict(t=round(start - t0, 1), ref_ms={v.task: v.ref_ms for v in vs if v.ok and v.ref_ms}))
+        if len(rounds) >= 2 and time.time() - t0 >= 60 * cfg["bench_minutes"]:
+            break
+        time.sleep(max(0.0, start + cfg["bench_interval"] - time.time()))
+    first = rounds[0]["ref_ms"]
+    rows = []
+    for r in rounds:
+        d = [abs(ms / first[t] - 1) for t, ms in r["ref_ms"].items() if t in first]
+        rows.append(dict(t=r["t"], tasks=len(d), median=pct(d, 0.5), max=max(d, default=float("nan"))))
+    print("\ndrift: each task's reference time against its first round's (|ratio - 1| over the tasks)")
+    print(f"{'seconds':>8s} {'tasks':>6s} {'median':>8s} {'max':>8s}")
+    for r in rows:
+        print(f"{r['t']:8.0f} {r['tasks']:6d} {100 * r['median']:7.2f}% {100 * r['max']:7.2f}%")
+    return dict(rounds=rounds, rows=rows)
 
 
 def sandbox_cost(cfg, pairs):
@@ -634,8 +665,9 @@ def run(cfg):
             json.dump(res, open(path, "w"), indent=1)
             print(f"results: {path}")
         return
-    if cfg["what"] not in ("throughput", "stability", "all", "gpus", "sandbox", "load"):
-        raise ValueError(f"--what is throughput, stability, all, gpus, sandbox, load, policy or step, not {cfg['what']!r}")
+    if cfg["what"] not in ("throughput", "stability", "all", "gpus", "sandbox", "load", "drift"):
+        raise ValueError(f"--what is throughput, stability, all, gpus, sandbox, load, drift, policy or step, not "
+                         f"{cfg['what']!r}")
     device, language = kernels.target(cfg)  # where candidates run (--language can move them)
     cfg["device"] = device
     pairs = seed_pairs(cfg, language)
@@ -659,6 +691,8 @@ def run(cfg):
             res["sandbox"] = sandbox_cost(cfg, pairs)
         if cfg["what"] == "load":
             res["load"] = under_load(cfg, pairs)
+        if cfg["what"] == "drift":
+            res["drift"] = drift(cfg, pairs)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

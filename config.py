@@ -133,7 +133,7 @@ SETTINGS = {
                                       "beside ours: audit (solutions with published speedups) | always | never"),
     )),
     "bench": ("bench.py", dict(
-        what=("all", "throughput | stability | all | gpus | sandbox | load | policy | step"),
+        what=("all", "throughput | stability | all | gpus | sandbox | load | drift | policy | step"),
         shapes=("0.5b,1.5b", "policy, step: model shapes, random weights (0.5b 1.5b 3b 7b 14b 32b), or tiny (the built-in model)"),
         modes=("full,lora", "policy: full | lora | fsdp (fsdp under torchrun)"),
         bench_prompts=(8, "policy: prompts per step (each sampled crl_samples times)"),
@@ -141,6 +141,8 @@ SETTINGS = {
                                "each with enough samples per prompt to fill one batch"),
         fresh_cache=(True, "time cold builds in a new, empty build cache"),
         bench_repeats=(3, "sandbox: runs with the box and without, alternating, of each"),
+        bench_minutes=(20.0, "drift: how long to watch the references' times (at least two rounds)"),
+        bench_interval=(60.0, "drift: seconds from the start of one round to the start of the next"),
     )),
 }
 DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items()}
@@ -150,7 +152,7 @@ DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items(
 CHOICES = dict(language=("auto",) + tuple(LANGUAGES), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
                grad_ckpt=("auto", "on", "off"), sampler=("auto", "compile", "hf"), top_p_draw=("sort", "reject"),
                decode_attention=("auto", "sdpa"), exemplars=("bucket", "random"), st_keep=("success", "speedup"),
-               baseline=("eager", "compile"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "policy", "step"))
+               baseline=("eager", "compile"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "drift", "policy", "step"))
 AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_runs", "tiny_dim", "tiny_layers",
                 "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",
                 "epochs", "batch_size", "grad_accum", "ckpt_every", "log_every", "st_epochs", "crl_steps",

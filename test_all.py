@@ -2509,7 +2509,7 @@ def test_bench_step_times_a_stage3_step_and_costs_its_judging(cache, tmp_path):
 
 @pytest.mark.slow
 def test_bench_commands_print_their_tables(cache, tmp_path):
-    """The README's bench.py commands (throughput, stability, sandbox) on one CPU task's two
+    """The README's bench.py commands (throughput, stability, sandbox, drift) on one CPU task's two
     seeds with short timing: each prints its table and writes its JSON; every seed is ok."""
     common_args = ["--device=cpu", f"--cache_dir={cache}", "--fresh_cache=false", f"--out={tmp_path}",
                    "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
@@ -2526,6 +2526,12 @@ def test_bench_commands_print_their_tables(cache, tmp_path):
     res = json.load(open(os.path.join(tmp_path, "bench", "sandbox-cpu.json")))
     assert len(res["sandbox"]["with_box"]) == len(res["sandbox"]["without"]) == 1
     assert res["sandbox"]["refused"] == sandbox.probe()
+    out = run_script("bench.py", ["--what=drift", "--only=gelu,row_sum", "--bench_minutes=0", "--bench_interval=0",
+                                  *common_args])
+    assert "drift: each task's reference time" in out, out
+    res = json.load(open(os.path.join(tmp_path, "bench", "drift-cpu.json")))["drift"]
+    assert len(res["rounds"]) == 2 and set(res["rounds"][0]["ref_ms"]) == {"gelu", "row_sum"}, res
+    assert res["rows"][0]["max"] == 0.0 and res["rows"][1]["tasks"] == 2  # the first round is the yardstick
 
 
 # ---------------------------------------------------------------------------- evaluate.py
