@@ -3811,8 +3811,8 @@ def test_stale_rollouts_take_pi_old_from_the_sampler(tiny):
 def test_update_measures_how_far_the_policy_is_from_the_sampler(tiny):
     """grpo.mismatch in the update's stats: the policy's log-probs of the sampled tokens
     against the sampler's own, before the update. The policy's own numbers: 0; every one 0.5
-    higher: mean and max 0.5 over the 6 reply tokens; one token 12 higher (a token the sampler
-    found far likelier than the policy does): the max says so. Without the sampler's
+    higher: mean and max 0.5 over the 6 reply tokens; each reply's first token 12 higher (tokens
+    the sampler found far likelier than the policy does): the max says so, the sum counts two. Without the sampler's
     log-probs (Hugging Face generate), nothing is measured. The update itself is unchanged."""
     cfg, _, tok = tiny
     c = dict(cfg, ppo_epochs=2, crl_micro_batch=4, clip_eps=0.2, beta=0.0, dr_grpo=False, grad_clip=1.0,
@@ -3832,7 +3832,7 @@ def test_update_measures_how_far_the_policy_is_from_the_sampler(tiny):
         got[name] = grpo.train_step(c, model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), tok, rollouts, 1)
     assert got["own"]["mismatch_tokens"] == 6 and got["own"]["mismatch_max"] < 1e-5
     assert got["half"]["mismatch"] / 6 == pytest.approx(0.5, abs=1e-4) and got["half"]["mismatch_max"] == pytest.approx(0.5, abs=1e-4)
-    assert got["one"]["mismatch_max"] == pytest.approx(12.0, abs=1e-3) and got["one"]["mismatch"] == pytest.approx(12.0, abs=1e-3)
+    assert got["one"]["mismatch_max"] == pytest.approx(12.0, abs=1e-3) and got["one"]["mismatch"] == pytest.approx(24.0, abs=1e-3)
     assert got["none"]["mismatch_tokens"] == 0 and got["none"]["mismatch_max"] == 0.0
     assert len({round(g["loss"], 6) for g in got.values()}) == 1  # the statistic does not touch the update
 
