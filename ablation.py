@@ -288,6 +288,11 @@ def discovery_counts(judged, runs):
     return dict(per_run={run: counts([r for r in judged if r["run"] == run]) for run in runs}, all=counts(judged))
 
 
+def best_discovery(rows):
+    """The confirmed discovery furthest ahead of its teacher variant, judged side by side, or None."""
+    return max((r for r in rows if r["confirmed"]), key=lambda r: r["new_speedup"] / r["teacher_new"], default=None)
+
+
 def nearest(code, variants):
     """The variant most like `code` (difflib's ratio over lines)."""
     lines = code.splitlines()
@@ -335,8 +340,7 @@ def discover(cfg, runs, tasks, set_aside):
                 return [(v.ok, v.speedup) for v in vs]
             judged = confirm(cands, judge)
     counts = discovery_counts(judged, runs)
-    conf = [r for r in judged if r["confirmed"]]
-    best = max(conf, key=lambda r: r["new_speedup"] / r["teacher_new"], default=None)
+    best = best_discovery(judged)
     diff = ""
     if best:
         path = run_file(cfg, best["run"], "sft", "data.jsonl")
@@ -389,8 +393,7 @@ def merge(results, sources=()):
     set_aside = sorted({t for res in results for t in res["set_aside"]})
     tasks = list(dict.fromkeys(t for res in results for t in res.get("tasks", ())))
     counts = discovery_counts(rows, list(runs))
-    conf = [r for r in rows if r["confirmed"]]
-    best = max(conf, key=lambda r: r["new_speedup"] / r["teacher_new"], default=None)
+    best = best_discovery(rows)
     found = [res["discovery"] for res in results if (res.get("discovery") or {}).get("best") is not None
              and res["discovery"]["best"].get("source_hash") == (best or {}).get("source_hash")]
     discovery = dict(counts=counts, unknown_tasks=sum((res.get("discovery") or {}).get("unknown_tasks", 0)

@@ -3786,6 +3786,18 @@ def test_crl_warmup_lr_rises_linearly_with_the_step_number():
         config.parse(["--crl_warmup=-1"])
 
 
+def _two_replies_and_their_logprobs(cfg, tok):
+    """Two (prompt, reply, advantage) rows and the tiny model's own log-probs of each reply's
+    tokens at temperature 0.7, as the sampler would have kept them."""
+    rows = [([5, 6, 7], [20, 21, 22, tok.eos_token_id], 1.0), ([5, 6, 7, 8, 9], [30, 31], -1.0)]
+    model = tiny_lm.build_model(cfg, tok)
+    b = policy.pack(tok, [r[0] for r in rows], [r[1] for r in rows])
+    with torch.no_grad():
+        own = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"], 0.7)
+    logps = [own[i, len(p) - 1:len(p) - 1 + len(ids)].tolist() for i, (p, ids, _) in enumerate(rows)]
+    return rows, logps
+
+
 def test_stale_rollouts_take_pi_old_from_the_sampler(tiny):
     """crl.py --overlap updates on samples drawn one update ago: their PPO ratio is taken
     against the log-probs the sampler drew them with (placed as completion_logprobs places
@@ -3795,12 +3807,7 @@ def test_stale_rollouts_take_pi_old_from_the_sampler(tiny):
     cfg, _, tok = tiny
     c = dict(cfg, ppo_epochs=1, crl_micro_batch=4, clip_eps=0.2, beta=0.0, dr_grpo=False, grad_clip=1.0,
              temperature=0.7, crl_samples=2)
-    rows = [([5, 6, 7], [20, 21, 22, tok.eos_token_id], 1.0), ([5, 6, 7, 8, 9], [30, 31], -1.0)]
-    model = tiny_lm.build_model(cfg, tok)
-    b = policy.pack(tok, [r[0] for r in rows], [r[1] for r in rows])
-    with torch.no_grad():
-        own = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"], 0.7)
-    logps = [own[i, len(p) - 1:len(p) - 1 + len(ids)].tolist() for i, (p, ids, _) in enumerate(rows)]
+    rows, logps = _two_replies_and_their_logprobs(cfg, tok)
     for shift, clipped in ((0.0, 0), (0.5, 2)):
         model = tiny_lm.build_model(cfg, tok)
         rollouts = [grpo.Rollout(p, ids, a, [x + shift for x in lp]) for (p, ids, a), lp in zip(rows, logps)]
@@ -3812,17 +3819,13 @@ def test_update_measures_how_far_the_policy_is_from_the_sampler(tiny):
     """grpo.mismatch in the update's stats: the policy's log-probs of the sampled tokens
     against the sampler's own, before the update. The policy's own numbers: 0; every one 0.5
     higher: mean and max 0.5 over the 6 reply tokens; each reply's first token 12 higher (tokens
-    the sampler found far likelier than the policy does): the max says so, the sum counts two. Without the sampler's
-    log-probs (Hugging Face generate), nothing is measured. The update itself is unchanged."""
+    the sampler found far likelier than the policy does): the max says so, the sum counts two.
+    Without the sampler's log-probs (Hugging Face generate), nothing is measured. The update
+    itself is unchanged."""
     cfg, _, tok = tiny
     c = dict(cfg, ppo_epochs=2, crl_micro_batch=4, clip_eps=0.2, beta=0.0, dr_grpo=False, grad_clip=1.0,
              temperature=0.7, crl_samples=2)
-    rows = [([5, 6, 7], [20, 21, 22, tok.eos_token_id], 1.0), ([5, 6, 7, 8, 9], [30, 31], -1.0)]
-    model = tiny_lm.build_model(cfg, tok)
-    b = policy.pack(tok, [r[0] for r in rows], [r[1] for r in rows])
-    with torch.no_grad():
-        own = policy.completion_logprobs(model, b["input_ids"], b["attention_mask"], 0.7)
-    logps = [own[i, len(p) - 1:len(p) - 1 + len(ids)].tolist() for i, (p, ids, _) in enumerate(rows)]
+    rows, logps = _two_replies_and_their_logprobs(cfg, tok)
     got = {}
     for name, shift in (("own", lambda lp: lp), ("half", lambda lp: [x + 0.5 for x in lp]),
                         ("one", lambda lp: [lp[0] + 12.0] + lp[1:]), ("none", lambda lp: None)):
