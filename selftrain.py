@@ -14,7 +14,8 @@ less often correct than the round before's, the model before that training is th
 (`--st_check_last`: one more round, sampled and judged only, checks the last training too;
 `--st_keep speedup`: successes are timed, and a fall in the mean speedup, failures as 0,
 undoes the training too; `--st_exemplars N`: prompts show up to N of Stage 1's variants, as Stage 3's
-do). Writes
+do; `--st_min_speedup X`: only successes at least X times as fast as the reference are trained
+on, so a round does not teach the slow but correct code it sampled). Writes
 out/<config>/selftrain/: the checkpoint after each round, successes.jsonl (every success,
 for Stage 3's database), candidates.jsonl, log.jsonl, samples/round_<r>.jsonl.
 Killed? Run the same command again: it resumes at the round in flight.
@@ -72,7 +73,7 @@ def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1, db=None):
             if v.ok and (task.name, v.source_hash) not in seen:
                 seen.add((task.name, v.source_hash))
                 succ.append(dict(task=task.name, task_code=task.code, source_hash=v.source_hash, round=rnd,
-                                 prompt=msg, prompt_ids=s.prompt_ids, completion_ids=s.ids,
+                                 speedup=v.speedup, prompt=msg, prompt_ids=s.prompt_ids, completion_ids=s.ids,
                                  completion=s.text, code=p.code))
         return [per_task[t.name] for t in mine]
     per_task = common.sharded(sample_and_judge, tasks, rank, world)
@@ -101,6 +102,14 @@ def mean_speedup(rows):
         if r["task"] not in aside:
             by_task.setdefault(r["task"], []).append(r.get("speedup") or 0.0)
     return sum(sum(xs) / len(xs) for xs in by_task.values()) / max(1, len(by_task))
+
+
+def trained_on(succ, floor):
+    """The successes a round trains on: all of them (floor 0, the paper), or those at least
+    floor times as fast as the reference. A correct but slow reply (diag(A) @ B for a
+    diagonal matmul, 0.06x) is what a real model learned from Stage 2 when every success
+    counted; its mean speedup on fresh samples halved."""
+    return [s for s in succ if not floor or (s.get("speedup") or 0.0) >= floor]
 
 
 def worse(rates, speeds, keep):
@@ -168,7 +177,8 @@ def run(cfg):
     model = policy.prepare(model, cfg, world)  # FSDP2 shards under torchrun with --fsdp
     smp = sampler.Sampler(policy.unwrap(model), cfg)
     kept = None  # the weights before the last round's training (on the host), while they may be needed
-    timed = cfg["st_keep"] == "speedup"  # the paper's Stage 2 judges correctness only
+    # the paper's Stage 2 judges correctness only
+    timed = cfg["st_keep"] == "speedup" or cfg["st_min_speedup"] > 0
     with kernels.Evaluator(cfg, time_candidates=timed, progress=cfg["progress"] and rank == 0) as ev:
         rounds = cfg["st_rounds"] + (1 if cfg["st_check_last"] else 0)  # the check: sampled, not trained on
         while extra["round"] < rounds:
@@ -200,9 +210,13 @@ def run(cfg):
                 break
             if rnd < rounds:  # the next round measures what this one trains: keep a way back
                 kept = get_weights(model)
-            if succ:
+            train = trained_on(succ, cfg["st_min_speedup"])
+            if rank == 0 and cfg["st_min_speedup"] > 0:
+                print(f"selftrain round {rnd}: training on {len(train)} of {len(succ)} distinct successes "
+                      f"(speedup >= {cfg['st_min_speedup']:g})")
+            if train:
                 # a fresh optimizer and schedule per round (the data changes every round)
-                opt, _ = sft.finetune(cfg, succ, out, model, tok, dict(extra=extra), cfg["st_epochs"],
+                opt, _ = sft.finetune(cfg, train, out, model, tok, dict(extra=extra), cfg["st_epochs"],
                                       cfg["st_lr"], tag=f"selftrain r{rnd}", rank=rank, world=world)
             else:
                 opt = None

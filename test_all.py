@@ -4043,6 +4043,28 @@ def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline,
     assert state["extra"]["speeds"] == list(speeds)
 
 
+@pytest.mark.slow
+def test_selftrain_trains_only_on_fast_successes_with_st_min_speedup(pipeline, tmp_path, monkeypatch):
+    """--st_min_speedup 1: a round trains on the successes at least as fast as the reference,
+    not on a correct but slow one; the evaluator times (it must, to know); without the flag
+    every success is trained on (the paper)."""
+    import selftrain
+    out, argv, _ = pipeline
+    keep = [a for a in argv if not a.startswith(("--out=", "--st_rounds="))]
+    succ = [dict(task="gelu", source_hash="slow", speedup=0.06), dict(task="gelu", source_hash="fast", speedup=1.4),
+            dict(task="gelu", source_hash="even", speedup=1.0)]
+    trained, timed = [], []
+    monkeypatch.setattr(selftrain, "sample_round", lambda cfg, smp, tok, tasks, ev, *a, **k:
+                        (timed.append(ev.cfg["time_candidates"]), (list(succ), 0.5, 1.0))[1])
+    monkeypatch.setattr(sft, "finetune", lambda cfg, s, *a, **k: (trained.append([x["source_hash"] for x in s]),
+                                                                   (None, None))[1])
+    for i, flag in enumerate(["--st_min_speedup=1", "--st_min_speedup=0"]):
+        cfg = config.parse([*keep, f"--out={tmp_path}/{i}", f"--init_from={out}/small/sft", "--st_rounds=1",
+                            "--progress=false", flag])
+        selftrain.run(cfg)
+    assert trained == [["fast", "even"], ["slow", "fast", "even"]] and timed == [True, False]
+
+
 def test_selftrain_prompts_show_stage_1_variants_only_with_st_exemplars(tmp_path):
     """--st_exemplars N: Stage 2's prompts show up to N of the task's Stage 1 variants (from
     sft's data.jsonl), as Stage 3's do; 0 (the default, the paper) shows none; each round draws
