@@ -222,8 +222,8 @@ def with_exemplars(data, j, cfg, rng):
     prompt layout of Stage 3 without tying the target to speed, since target and exemplars
     are drawn independently. sft_exemplars=0 is the paper's plain Stage 1."""
     e = data[j]
-    if not cfg["sft_exemplars"] or "speedup" not in e:
-        return e
+    if not cfg["sft_exemplars"] or "speedup" not in e or "prompt_ids" in e:
+        return e  # a Stage 2 success trains on the prompt it was sampled with (prompt_ids)
     pool = [d for d in data if d["task"] == e["task"] and d.get("speedup", 0) > 0]
     k = min(rng.randint(0, cfg["sft_exemplars"]), len(pool))
     shown = [dict(code=d["code"], speedup=d["speedup"]) for d in rng.sample(pool, k)]

@@ -4065,6 +4065,20 @@ def test_selftrain_trains_only_on_fast_successes_with_st_min_speedup(pipeline, t
     assert trained == [["fast", "even"], ["slow", "fast", "even"]] and timed == [True, False]
 
 
+def test_a_stage_2_success_keeps_the_prompt_it_was_sampled_with():
+    """Stage 2 fine-tunes through sft.finetune on exactly the sampled tokens. A success that
+    carries its speedup (--st_min_speedup) must not be taken for a Stage 1 example and given a
+    prompt with fresh exemplars: it once was, and Stage 2 stopped on a KeyError in all seeds."""
+    cfg = dict(config.parse(["--config=small"]), sft_exemplars=2, batch_size=2)
+    s1 = dict(task="gelu", task_code="x", code="A", speedup=2.0, language="cpp",
+              prompt=[dict(role="user", content="p")], completion="c")
+    s2 = dict(task="gelu", task_code="x", code="B", speedup=1.5, round=1, source_hash="h",
+              prompt=[dict(role="user", content="sampled")], prompt_ids=[1, 2], completion_ids=[3], completion="d")
+    batches = sft.schedule([s1, s2], cfg, 3)
+    assert all(e is s2 for b in batches for e in b if "prompt_ids" in e)
+    assert sum("prompt_ids" in e for b in batches for e in b) == 3
+
+
 def test_selftrain_prompts_show_stage_1_variants_only_with_st_exemplars(tmp_path):
     """--st_exemplars N: Stage 2's prompts show up to N of the task's Stage 1 variants (from
     sft's data.jsonl), as Stage 3's do; 0 (the default, the paper) shows none; each round draws
