@@ -4047,17 +4047,21 @@ def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline,
 def test_selftrain_trains_only_on_fast_successes_with_st_min_speedup(pipeline, tmp_path, monkeypatch):
     """--st_min_speedup 1: a round trains on the successes at least as fast as the reference,
     not on a correct but slow one; the evaluator times (it must, to know); without the flag
-    every success is trained on (the paper)."""
+    every success is trained on (the paper). The fine-tuning is the real one, with the small
+    preset's exemplar prompts in Stage 1's schedule."""
     import selftrain
     out, argv, _ = pipeline
     keep = [a for a in argv if not a.startswith(("--out=", "--st_rounds="))]
-    succ = [dict(task="gelu", source_hash="slow", speedup=0.06), dict(task="gelu", source_hash="fast", speedup=1.4),
-            dict(task="gelu", source_hash="even", speedup=1.0)]
-    trained, timed = [], []
+    gelu = next(t for t in taskset.load_tasks("builtin") if t.name == "gelu")
+    succ = [dict(task="gelu", task_code=gelu.code, source_hash=h, speedup=x, round=1, code="x",
+                 prompt=[dict(role="user", content="p")], prompt_ids=[1, 2, 3], completion_ids=[4, 5], completion="c")
+            for h, x in (("slow", 0.06), ("fast", 1.4), ("even", 1.0))]
+    trained, timed, real = [], [], sft.finetune
     monkeypatch.setattr(selftrain, "sample_round", lambda cfg, smp, tok, tasks, ev, *a, **k:
                         (timed.append(ev.cfg["time_candidates"]), (list(succ), 0.5, 1.0))[1])
+    # the real fine-tuning (a faked one once hid a crash on exactly these records), watched
     monkeypatch.setattr(sft, "finetune", lambda cfg, s, *a, **k: (trained.append([x["source_hash"] for x in s]),
-                                                                   (None, None))[1])
+                                                                   real(cfg, s, *a, **k))[1])
     for i, flag in enumerate(["--st_min_speedup=1", "--st_min_speedup=0"]):
         cfg = config.parse([*keep, f"--out={tmp_path}/{i}", f"--init_from={out}/small/sft", "--st_rounds=1",
                             "--progress=false", flag])
