@@ -15,11 +15,13 @@ less often correct than the round before's, the model before that training is th
 `--st_keep speedup`: successes are timed, and a fall in the mean speedup, failures as 0,
 undoes the training too; `--st_exemplars N`: prompts show up to N of Stage 1's variants, as Stage 3's
 do; `--st_min_speedup X`: only successes at least X times as fast as the reference are trained
-on, so a round does not teach the slow but correct code it sampled). Writes
+on, so a round does not teach the slow but correct code it sampled; `--st_noise Z`: a fall in the
+success rate within Z standard errors does not undo the training). Writes
 out/<config>/selftrain/: the checkpoint after each round, successes.jsonl (every success,
 for Stage 3's database), candidates.jsonl, log.jsonl, samples/round_<r>.jsonl.
 Killed? Run the same command again: it resumes at the round in flight.
 """
+import math
 import os
 import random
 import time
@@ -112,13 +114,19 @@ def trained_on(succ, floor):
     return [s for s in succ if not floor or (s.get("speedup") or 0.0) >= floor]
 
 
-def worse(rates, speeds, keep):
+def worse(rates, speeds, keep, n=0, noise=0.0):
     """Did the last round's samples come out worse than the round before's? -> the reason, or ""
-    (keep: "success" compares success rates; "speedup" mean speedups too)."""
+    (keep: "success" compares success rates; "speedup" mean speedups too). noise > 0: a fall
+    in the success rate counts only beyond that many standard errors of the difference of two
+    rates of n samples each (pooled; two of 48 at 96% is within one): a round of a few
+    samples a task reverted on chance alone."""
     if len(rates) < 2:
         return ""
-    if rates[-1] < rates[-2]:
-        return f"success rate fell to {100 * rates[-1]:.0f}% from {100 * rates[-2]:.0f}%"
+    p = (rates[-1] + rates[-2]) / 2
+    allowed = noise * math.sqrt(2 * p * (1 - p) / n) if noise and n else 0.0
+    if rates[-1] < rates[-2] - allowed:
+        within = f" (more than {noise:g} standard errors, {100 * allowed:.1f} points)" if allowed else ""
+        return f"success rate fell to {100 * rates[-1]:.0f}% from {100 * rates[-2]:.0f}%{within}"
     if keep == "speedup" and len(speeds) >= 2 and speeds[-1] < speeds[-2]:
         return f"mean speedup fell to {speeds[-1]:.3f} from {speeds[-2]:.3f}"
     return ""
@@ -189,7 +197,7 @@ def run(cfg):
                                     [{k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")}
                                      for s in succ])
             rates, speeds = extra["rates"] + [rate], extra.get("speeds", []) + [speed]
-            why = worse(rates, speeds, cfg["st_keep"])
+            why = worse(rates, speeds, cfg["st_keep"], len(tasks) * cfg["st_samples"], cfg["st_noise"])
             if why and kept is not None:
                 # The last round's training made the model worse: its samples are the measure.
                 # Keep the model that round trained, not this one (on a real model an

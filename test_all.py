@@ -4010,11 +4010,12 @@ def test_later_stages_start_from_a_given_checkpoint(pipeline, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rates,speeds,st_keep,kept_trainings", [
-    ((0.5, 0.8, 0.4), (1.0, 2.0, 3.0), "success", 1), ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "success", 2),
-    ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "speedup", 1), ((0.5, 0.8, 0.9), (1.0, 2.0, 2.5), "speedup", 2)])
+@pytest.mark.parametrize("rates,speeds,st_keep,kept_trainings,noise", [
+    ((0.5, 0.8, 0.4), (1.0, 2.0, 3.0), "success", 1, 0), ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "success", 2, 0),
+    ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "speedup", 1, 0), ((0.5, 0.8, 0.9), (1.0, 2.0, 2.5), "speedup", 2, 0),
+    ((0.5, 0.8, 0.7), (1.0, 2.0, 3.0), "success", 2, 1)])  # 0.7 after 0.8 of 4 samples: within the noise
 def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline, tmp_path, monkeypatch, rates,
-                                                                       speeds, st_keep, kept_trainings):
+                                                                       speeds, st_keep, kept_trainings, noise):
     """Two rounds and the check round (--st_check_last). Rates 50%, 80%, then 40%: round 2's
     training made the samples worse, so the checkpoint is the model round 1 trained, not the
     last one. With 90% in the check round both trainings stay, unless --st_keep speedup and the
@@ -4024,7 +4025,7 @@ def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline,
     out, argv, _ = pipeline
     keep = [a for a in argv if not a.startswith(("--out=", "--st_rounds="))]
     cfg = config.parse([*keep, f"--out={tmp_path}", f"--init_from={out}/small/sft", "--st_rounds=2",
-                        "--st_check_last", "--progress=false", f"--st_keep={st_keep}"])
+                        "--st_check_last", "--progress=false", f"--st_keep={st_keep}", f"--st_noise={noise}"])
     it = iter(zip(rates, speeds))
     monkeypatch.setattr(selftrain, "sample_round", lambda *a, **k: ([dict(task="gelu")], *next(it)))
 
@@ -4112,6 +4113,13 @@ def test_selftrain_mean_speedup_counts_failures_as_zero_and_leaves_constant_task
     assert selftrain.worse([0.5, 0.5], [2.0, 1.0], "success") == ""
     assert "mean speedup fell" in selftrain.worse([0.5, 0.5], [2.0, 1.0], "speedup")
     assert "success rate fell" in selftrain.worse([0.5, 0.4], [1.0, 2.0], "speedup")
+    # --st_noise: 44 of 48 after 46 of 48 is within one standard error (4.8 points); 38 of 48 is not
+    assert selftrain.worse([46 / 48, 44 / 48], [1.0, 1.0], "success", 48, 1.0) == ""
+    assert "standard errors" in selftrain.worse([46 / 48, 38 / 48], [1.0, 1.0], "success", 48, 1.0)
+    assert "success rate fell" in selftrain.worse([46 / 48, 44 / 48], [1.0, 1.0], "success", 48, 0.0)
+    assert "success rate fell" in selftrain.worse([1.0, 47 / 48], [1.0, 1.0], "success", 48, 0.0)
+    # within the noise, a fall in the mean speedup still counts under --st_keep speedup
+    assert "mean speedup fell" in selftrain.worse([46 / 48, 44 / 48], [3.09, 2.80], "speedup", 48, 1.0)
 
 
 def test_crl_step_line_is_short_and_says_when_no_group_carried_a_signal():
