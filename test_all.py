@@ -65,7 +65,11 @@ def cache(tmp_path_factory):
 
 
 def make_eval(cache, backend, **kw):
-    return kernels.Evaluator(dict(FAST, cache_dir=cache, device=backend, **kw))
+    """An Evaluator with the tests' fast settings. CUDAL1_TEST_EVALUATOR (JSON) sets more for
+    every test that judges, e.g. '{"reference_timing": "apart"}': the whole suite under a mode
+    not yet the default."""
+    extra = json.loads(os.environ.get("CUDAL1_TEST_EVALUATOR") or "{}")
+    return kernels.Evaluator(dict(FAST, cache_dir=cache, device=backend, **dict(extra, **kw)))
 
 
 @pytest.fixture(scope="session")
@@ -677,6 +681,21 @@ def test_timing_plan_counts_each_call_it_makes(ref_ms, new_ms, first_ms, calls):
     r, n, spread = timing.run_timing(h, ref, new)
     assert (r, n) == pytest.approx((ref_ms, new_ms)) and spread == pytest.approx(0.0)
     assert len(ref.calls) == len(new.calls) == calls
+
+
+def test_timing_apart_times_each_program_alone():
+    """--reference_timing=apart: the reference's rounds with no candidate call among them (new
+    None), then the candidate's with no reference call, against the time measured first."""
+    from kernels import timing
+    cfg = dict(config.DEFAULTS, device="cpu")
+    h = _TimedHarness(cfg)
+    ref, new = h.program(0.6), h.program(0.3)
+    r, n, spread = timing.run_timing(h, ref, None)
+    assert r == pytest.approx(0.6) and n is None and spread == pytest.approx(0.0)
+    assert len(ref.calls) == 404 and not new.calls  # warm-up, 3 estimate calls, 4 rounds of max_runs (100)
+    r2, n2, spread = timing.run_timing(h, ref, new, ref_ms=r)
+    assert (r2, n2) == pytest.approx((0.6, 0.3)) and spread == pytest.approx(0.0)
+    assert len(ref.calls) == 404 and len(new.calls) == 404
 
 
 @pytest.mark.parametrize("shared,rounds", [(True, 4), (False, 10)])
@@ -2193,6 +2212,31 @@ def check_seeds(cache, tasks, backend, language="auto"):
 @pytest.mark.slow
 def test_seeds_pass_cpu(cache, tasks):
     check_seeds(cache, tasks, "cpu")
+
+
+@pytest.mark.slow
+def test_reference_timed_apart_before_the_candidate_loads(cache, tasks):
+    """--reference_timing=apart: the reference is timed alone in the worker before the
+    candidate's code is loaded, the candidate alone after its checks. The seeds keep their
+    verdicts (a speedup against a time taken a second earlier); attacks that slow the reference
+    from inside the process once the candidate is loaded gain nothing, whichever defence would
+    have caught them: thread_raw's spinner (rejected/thread when paired) finds no reference to
+    slow and is judged the plain GELU it computes; cpu_omp_levels' serial OpenMP and
+    cpu_affinity_pool's pinning gain nothing either."""
+    seeds = [(tasks[n], open(os.path.join(HERE, "tasks", "seeds", "cpp", n, f"{k}.py")).read())
+             for n in ("gelu", "matmul") for k in ("fast", "naive")]
+    attacks = {n: meta for f, code, meta in hack_files("cpu") for n in [os.path.basename(f)[:-3]]
+               if n in ("thread_raw", "cpu_omp_levels", "cpu_affinity_pool")}
+    codes = {os.path.basename(f)[:-3]: code for f, code, _ in hack_files("cpu")}
+    with make_eval(cache, "cpu", reference_timing="apart", static_check=False) as ev:
+        vs = ev.evaluate(seeds + [(tasks[m["TASK"]], codes[n]) for n, m in attacks.items()])
+    for v in vs[:len(seeds)]:
+        assert v.ok and v.ref_ms > 0 and v.new_ms > 0 and v.speedup == pytest.approx(v.ref_ms / v.new_ms), v
+    for (n, m), v in zip(attacks.items(), vs[len(seeds):]):
+        assert not v.ok or v.speedup <= 1.5, (n, v.status, v.reason, v.speedup, v.message)
+        # paired, the thread watch must catch the spinner (rejected/thread); apart, there is
+        # nothing for it to slow: the same GELU as the reference, at about 1x
+        assert n != "thread_raw" or v.ok, (n, v.status, v.reason, v.message)
 
 
 @pytest.mark.slow

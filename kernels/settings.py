@@ -69,6 +69,9 @@ EVALUATOR = ("the evaluator (the kernels package)", dict(
     confirm_margin=(0.5, "... and rejected (unconfirmed) if that speedup is below the first / (1 + this + "
                          "both measurements' spreads)"),
     baseline=("eager", "eager | compile: what the reference is timed as"),
+    reference_timing=("paired", "paired: reference and candidate calls interleaved in one process, after the "
+                                "candidate loaded; apart: the reference timed alone before the candidate's code is "
+                                "loaded (nothing of the candidate can run then), the candidate alone after its checks"),
     time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),
     sandbox=(True, "box candidates (sandbox.py); false only to measure what the box costs"),
 ))

@@ -240,10 +240,12 @@ def flush_buffer(h):
     return torch.empty(size, dtype=torch.uint8, device=h.dev)
 
 
-def run_timing(h, ref, new):
+def run_timing(h, ref, new, ref_ms=None):
     """h: the worker's Harness; ref, new: the checked models -> (reference ms, candidate ms,
     spread of the per-round speedups). Exceptions from candidate code pass through: the
-    caller turns them into verdicts."""
+    caller turns them into verdicts. --reference_timing=apart: new None times the reference
+    alone (before the candidate loads: -> (ms, None, spread of its rounds)); ref_ms given
+    times the candidate alone against that time (the spot checks still run the reference)."""
     cfg = h.cfg
     # --baseline=compile: the reference compiled before the candidate loaded (harness.py);
     # same seed, so the same weights as `ref`
@@ -288,7 +290,7 @@ def run_timing(h, ref, new):
         i = step[0] % len(pool)
         step[0] += 1
         ms, out = _timed(fn, pool[i])
-        if fn is new:
+        if fn is new and new is not None:
             keep(pool[i], out)
         del out
         # the set just used gets new values, untimed, from the task's own get_inputs (its
@@ -338,7 +340,7 @@ def run_timing(h, ref, new):
             watch.refresh()
             tr, tn = [], []
             for _ in range(runs):
-                pair = [(ref_fn, tr), (new, tn)]
+                pair = [(fn, acc) for fn, acc in ((ref_fn, tr), (new, tn)) if fn in progs]
                 rng.shuffle(pair)
                 for fn, acc in pair:
                     acc.append(timed(fn))
@@ -346,19 +348,23 @@ def run_timing(h, ref, new):
         (tr, tn), load = retried(probe, pairs, 0 if disturbed else RETRIES)
         if load is not None:
             disturbed.append(load)
-        rr.append(median(tr))
-        rn.append(median(tn))
+        rr.append(median(tr) if tr else ref_ms)  # apart: the reference's time, measured before
+        rn.append(median(tn) if tn else 1.0)     # apart, the reference alone: its rounds are rr
 
+    # what each round times: both, interleaved (paired); the reference alone, before the
+    # candidate loads, or the candidate alone against that time (apart)
+    progs = [f for f in (ref_fn if ref_ms is None else None, new) if f is not None]
     t0 = h.clock()
-    timed(ref_fn), timed(new)  # warm-up: lazy initialization, autotuning, caches
+    for fn in progs:  # warm-up: lazy initialization, autotuning, caches
+        timed(fn)
     slow_cold = h.clock() - t0 >= cfg["round_seconds"] / 3
     t0 = h.clock()
     if slow_cold:  # a pair that took a third of a round even cold is estimated on one pair,
         er, en = [], []  # shuffled as in a round of one pair, so that it can count as one (below)
         one_round(1, er, en)
-        est, n = [er[0], en[0]], 1
+        est, n = [er[0] if ref_fn in progs else 0.0, en[0] if new in progs else 0.0], 1
     else:
-        est, n = [median([timed(fn) for _ in range(3)]) for fn in (ref_fn, new)], 3
+        est, n = [median([timed(fn) for _ in range(3)]) for fn in progs], 3
     # one timed pair as the host sees it (flush, synchronize, bookkeeping included): rounds
     # are sized on this, so that a round of tiny kernels lasts round_seconds too
     pair_ms = max(sum(est), (h.clock() - t0) * 1e3 / n)
@@ -372,7 +378,7 @@ def run_timing(h, ref, new):
     slow = runs * pair_ms > 2e3 * cfg["round_seconds"]
     if slow:
         runs, rounds = max(1, int(fit)), min(3, rounds)
-    suspicious = lambda rr, rn: median(rr) / median(rn) > cfg["suspicious_speedup"]
+    suspicious = lambda rr, rn: new is not None and median(rr) / median(rn) > cfg["suspicious_speedup"]
     speedups = lambda rr, rn: [a / b for a, b in zip(rr, rn)]  # one per round
     rr, rn, t0 = [], [], h.clock()
     if slow and slow_cold and runs == 1:  # the estimate was such a round: it counts, and a
@@ -392,16 +398,19 @@ def run_timing(h, ref, new):
         rr, rn = [], []
         while len(rr) < rounds:
             one_round(2 * runs, rr, rn)
-    on_ref, share, on_new = watch.on_reference()
-    if on_ref > THREAD_LIMIT or share > THREAD_SHARE:
-        raise Reject("rejected", "thread", f"threads it started outside Python's threading ({len(watch.tids)} alive at the last look) "
-                     f"used {on_ref:.2f} cores, {share:.0%} of the process's CPU time, while the reference was timed "
-                     f"({on_new:.2f} cores in its own timed calls)")
-    children.check("the timing")
+    if new is not None:  # (the reference alone: no candidate loaded, nothing of its to watch)
+        on_ref, share, on_new = watch.on_reference()
+        if on_ref > THREAD_LIMIT or share > THREAD_SHARE:
+            raise Reject("rejected", "thread", f"threads it started outside Python's threading ({len(watch.tids)} "
+                         f"alive at the last look) used {on_ref:.2f} cores, {share:.0%} of the process's CPU time, "
+                         f"while the reference was timed ({on_new:.2f} cores in its own timed calls)")
+        children.check("the timing")
     if disturbed:
-        h.flags.append("disturbed")
+        h.flags += [] if "disturbed" in h.flags else ["disturbed"]
         h.notes.append(f"timed under load: other processes used {max(disturbed):.1f} cores' worth of its "
                        f"own in {len(disturbed)} round(s), the first measured {RETRIES + 1} times; the speedup may be off")
+    if new is None:
+        return median(rr), None, _spread(rr)
     h.check_forward(new, "timing")
     h.integrity("timing", dispatch=True)
     h.check_reference(ref, h.ref_state, "timing")
