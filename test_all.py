@@ -2237,6 +2237,14 @@ def test_reference_timed_apart_before_the_candidate_loads(cache, tasks):
         # paired, the thread watch must catch the spinner (rejected/thread); apart, there is
         # nothing for it to slow: the same GELU as the reference, at about 1x
         assert n != "thread_raw" or v.ok, (n, v.status, v.reason, v.message)
+    # --reference_retime: a quiet reference time told by one job is given to the task's later
+    # jobs (2 check at once on the CPU: the third and fourth start after the first told it)
+    gelu = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
+    with make_eval(cache, "cpu", reference_timing="apart", reference_retime=600.0, confirm_speedup=0) as ev:
+        vs = ev.evaluate([(tasks["gelu"], gelu + f"\n# copy {i}\n") for i in range(4)])  # 4 programs, not 1
+        told = {ms for ms, _, _ in ev.ref_times.values()}
+    assert all(v.ok for v in vs), [(v.status, v.reason, v.message) for v in vs]
+    assert len(told) <= 1 and (not told or sum(v.ref_ms in told for v in vs) >= 2), (told, [v.ref_ms for v in vs])
 
 
 @pytest.mark.slow

@@ -143,6 +143,10 @@ class Evaluator:
         self._exiting = []  # (worker that sent its result, when to kill it if it has not exited)
         self.trace = []  # the GPU gate's state changes (gate.Running.trace), for bench.py
         self.events = []  # (gate.now(), job kind, "start" | "end") of every job, for bench.py's start-up account
+        # --reference_timing=apart: each task's reference time per GPU (or the CPU) as a job told it
+        # before its candidate loaded, (ms, spread, when), reused for reference_retime seconds
+        self.apart = self.cfg["time_candidates"] and self.cfg["reference_timing"] == "apart"
+        self.ref_times = {}
         self._groups = []  # (a job's limits.JobGroup, its worker): removed once it exited and was judged
         self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._clean_stale()
@@ -266,6 +270,9 @@ class Evaluator:
                                  folders=[job["workdir"], job["env"]["CUDAL1_CACHE"]]) if self.cfg["sandbox"] else None
         job = dict(job, env=env, cgroups=group.dirs if group else {}, kernelbench=bool(item.get("kb_job")),
                    confirm=None if item.get("kb_job") else item.get("confirm"))
+        timed_apart = self.apart and kind == "run" and not (job["kernelbench"] or job["confirm"])
+        known = self._reference_time(item, slot) if timed_apart else None
+        job["reference_ms"] = list(known) if known else None
         if kind == "run" and self.device == "cuda":
             # A worker started ahead takes the job (CUDA starts in it, inside its box: worker.py);
             # the next one starts now, while this one checks.
@@ -285,8 +292,32 @@ class Evaluator:
         if group:
             r.group = group
             self._groups.append((group, proc))
+        r.takes_reference, r.given_reference = timed_apart and not known, known
         self.events.append((r.start, kind, "start"))
         return r
+
+    def _reference_time(self, item, slot):
+        """--reference_timing=apart: (ms, spread) of the task's reference on this slot's device,
+        measured by an earlier job within reference_retime seconds, or None."""
+        got = self.ref_times.get((item["task"].hash, self.slots[slot]))
+        if got and gate.now() - got[2] < self.cfg["reference_retime"]:
+            return got[:2]
+        return None
+
+    def _trusted_reference(self, r, res):
+        """--reference_timing=apart: a timed success's speedup from the reference's time the
+        Evaluator holds (told before the candidate loaded, or given to the job), never from
+        the result a candidate could have written; a fresh, quiet measurement is kept for the
+        task's next jobs on this device."""
+        if r.reference and not r.reference[2] and self.cfg["reference_retime"] > 0:
+            self.ref_times[(r.item["task"].hash, r.gpu)] = (r.reference[0], r.reference[1], gate.now())
+        if res.get("status") != "ok" or not res.get("new_ms"):
+            return res
+        told = r.reference or r.given_reference
+        if told is None:
+            return Reject("rejected", "protocol", "a timed success without the reference's time told before the "
+                          "candidate loaded: only the harness may write on the channel").result()
+        return dict(res, ref_ms=told[0], speedup=told[0] / res["new_ms"])
 
     def _reap(self, wait=False):
         """Workers that sent their result: joined once they have exited, killed 30 s after."""
@@ -377,6 +408,8 @@ class Evaluator:
                 r.conn.close()
             if res is None:
                 res = self.worker.death(r.kind, r.proc.exitcode, log=_tail(r.log))
+        if getattr(r, "takes_reference", False) or getattr(r, "given_reference", None):
+            res = self._trusted_reference(r, res)
         hit = r.group.verdict() if r.group else None  # a limit of its control group: the cause
         if r.group:
             r.group.read = True

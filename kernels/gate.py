@@ -27,6 +27,7 @@ pipe after the job: P pause, R resume, G go, D host-only work over.
     Reading a run's trace (bench.py): gate_share(trace, t0, t1)
 """
 import contextlib
+import math
 import os
 import select
 import signal
@@ -226,6 +227,9 @@ class Running:
         self.ticked, self.sharing = None, 1  # inside a candidate call since (share_clock), with how many
         self.blocked, self.blocking = 0.0, None  # seconds it kept a waiting timing off; since (arbitrate)
         self.fd, self.buf, self.partial_since = conn.fileno(), b"", None
+        # --reference_timing=apart: whether this job may tell the reference's time (it times
+        # the reference before its candidate loads), and what it told: (ms, spread, disturbed)
+        self.takes_reference, self.reference = False, None
         os.set_blocking(self.fd, False)
 
     @property
@@ -275,6 +279,14 @@ class Running:
                         self._set("paused")  # until nobody waits for the GPU
                 elif msg[0] == "host":
                     self.host = "run" if msg[1] else "stop"
+                elif msg[0] == "reference":
+                    # sent once, by the harness, before the candidate's code is loaded: a second
+                    # one, or one from a job that was given the time, is the candidate's writing
+                    t = msg[1]
+                    if not (self.takes_reference and self.reference is None and len(t) == 3
+                            and all(isinstance(x, (int, float)) and 0 <= x < math.inf for x in t) and t[0] > 0):
+                        raise verdicts.ProtocolError("a reference time the harness did not send")
+                    self.reference = (float(t[0]), float(t[1]), bool(t[2]))
                 elif msg == ("device",):
                     self.host = None
                     self.tell(b"D")  # it waits for this before any GPU work

@@ -119,6 +119,9 @@ def child_main(kind, conn, job):
     # the harness tells the Evaluator when a candidate call starts and ends, so a hang inside
     # one is stopped after that call's deadline instead of the whole job's
     job["notify"] = lambda seconds: _send(conn, ("call", seconds))
+    # --reference_timing=apart: the reference's time, told before the candidate loads (the
+    # Evaluator takes no other: harness.run_job)
+    job["reference_time"] = lambda ms, spread, disturbed: _send(conn, ("reference", [ms, spread, disturbed]))
     # a run worker shares its device (a GPU, or the CPU) for checks and has it alone for timing (gate.py)
     cuda = job["device"] == "cuda"
     job["gate"] = gate.WorkerGate(conn.fileno(), lambda msg: _send(conn, msg), _SYNC if cuda else lambda: None,
