@@ -340,7 +340,7 @@ def run_timing(h, ref, new, ref_ms=None):
             watch.refresh()
             tr, tn = [], []
             for _ in range(runs):
-                pair = [(fn, acc) for fn, acc in ((ref_fn, tr), (new, tn)) if fn in progs]
+                pair = [(fn, acc) for fn, acc, on in ((ref_fn, tr, time_ref), (new, tn, time_new)) if on]
                 rng.shuffle(pair)
                 for fn, acc in pair:
                     acc.append(timed(fn))
@@ -353,7 +353,9 @@ def run_timing(h, ref, new, ref_ms=None):
 
     # what each round times: both, interleaved (paired); the reference alone, before the
     # candidate loads, or the candidate alone against that time (apart)
-    progs = [f for f in (ref_fn if ref_ms is None else None, new) if f is not None]
+    # (flags, not `fn in progs`: that would call a candidate's own __eq__)
+    time_ref, time_new = ref_ms is None, new is not None
+    progs = [ref_fn] * time_ref + [new] * time_new
     t0 = h.clock()
     for fn in progs:  # warm-up: lazy initialization, autotuning, caches
         timed(fn)
@@ -362,7 +364,7 @@ def run_timing(h, ref, new, ref_ms=None):
     if slow_cold:  # a pair that took a third of a round even cold is estimated on one pair,
         er, en = [], []  # shuffled as in a round of one pair, so that it can count as one (below)
         one_round(1, er, en)
-        est, n = [er[0] if ref_fn in progs else 0.0, en[0] if new in progs else 0.0], 1
+        est, n = [er[0] if time_ref else 0.0, en[0] if time_new else 0.0], 1
     else:
         est, n = [median([timed(fn) for _ in range(3)]) for fn in progs], 3
     # one timed pair as the host sees it (flush, synchronize, bookkeeping included): rounds
