@@ -143,6 +143,7 @@ def throughput(cfg, pairs):
                            check_med=pct(sec("check"), 0.5), time_med=pct(sec("time"), 0.5),
                            wait_med=pct(sec("wait"), 0.5),
                            run_med=pct(sec("run"), 0.5), workers=ev.workers, gpu_share=share,
+                           reference_given=ev.reference_given,
                            start_s=start, ready_s=g0 - s0, first_build_s=first("compile", "end"),
                            first_run_s=first("run", "start"), after_start_per_min=60 * len(vs) / (g1 - holds[0]) if holds else None)
     # A build-cache hit inside one process: the cost a worker pays to load a built kernel.
@@ -193,6 +194,9 @@ def throughput(cfg, pairs):
             print(f"{label}: {r['start_s']:.1f} s from start to the first timing (evaluator ready {r['ready_s']:.1f} s, "
                   f"first build done {r['first_build_s']:.1f} s, first check begun {r['first_run_s']:.1f} s), "
                   f"{r['after_start_per_min']:.1f} cand/min after it")
+    if cfg["reference_timing"] == "apart":
+        print("reference timed apart (--reference_retime " + f"{cfg['reference_retime']:g} s): given to "
+              + ", ".join(f"{r['reference_given']} of {r['n']} jobs ({label})" for label, r in rows.items()))
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"

@@ -147,6 +147,7 @@ class Evaluator:
         # before its candidate loaded, (ms, spread, when), reused for reference_retime seconds
         self.apart = self.cfg["time_candidates"] and self.cfg["reference_timing"] == "apart"
         self.ref_times = {}
+        self.reference_given = 0  # jobs that timed the candidate alone against a time another job told
         self._groups = []  # (a job's limits.JobGroup, its worker): removed once it exited and was judged
         self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._clean_stale()
@@ -273,6 +274,7 @@ class Evaluator:
         timed_apart = self.apart and kind == "run" and not (job["kernelbench"] or job["confirm"])
         known = self._reference_time(item, slot) if timed_apart else None
         job["reference_ms"] = list(known) if known else None
+        self.reference_given += bool(known)
         if kind == "run" and self.device == "cuda":
             # A worker started ahead takes the job (CUDA starts in it, inside its box: worker.py);
             # the next one starts now, while this one checks.
