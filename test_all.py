@@ -2225,14 +2225,13 @@ def test_reference_timed_apart_before_the_candidate_loads(cache, tasks):
     cpu_affinity_pool's pinning gain nothing either."""
     seeds = [(tasks[n], open(os.path.join(HERE, "tasks", "seeds", "cpp", n, f"{k}.py")).read())
              for n in ("gelu", "matmul") for k in ("fast", "naive")]
-    attacks = {n: meta for f, code, meta in hack_files("cpu") for n in [os.path.basename(f)[:-3]]
+    attacks = {n: (code, meta) for f, code, meta in hack_files("cpu") for n in [os.path.basename(f)[:-3]]
                if n in ("thread_raw", "cpu_omp_levels", "cpu_affinity_pool")}
-    codes = {os.path.basename(f)[:-3]: code for f, code, _ in hack_files("cpu")}
     with make_eval(cache, "cpu", reference_timing="apart", static_check=False) as ev:
-        vs = ev.evaluate(seeds + [(tasks[m["TASK"]], codes[n]) for n, m in attacks.items()])
+        vs = ev.evaluate(seeds + [(tasks[m["TASK"]], code) for code, m in attacks.values()])
     for v in vs[:len(seeds)]:
         assert v.ok and v.ref_ms > 0 and v.new_ms > 0 and v.speedup == pytest.approx(v.ref_ms / v.new_ms), v
-    for (n, m), v in zip(attacks.items(), vs[len(seeds):]):
+    for n, v in zip(attacks, vs[len(seeds):]):
         assert not v.ok or v.speedup <= 1.5, (n, v.status, v.reason, v.speedup, v.message)
         # paired, the thread watch must catch the spinner (rejected/thread); apart, there is
         # nothing for it to slow: the same GELU as the reference, at about 1x

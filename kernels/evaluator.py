@@ -410,7 +410,7 @@ class Evaluator:
                 r.conn.close()
             if res is None:
                 res = self.worker.death(r.kind, r.proc.exitcode, log=_tail(r.log))
-        if getattr(r, "takes_reference", False) or getattr(r, "given_reference", None):
+        if r.takes_reference or r.given_reference:
             res = self._trusted_reference(r, res)
         hit = r.group.verdict() if r.group else None  # a limit of its control group: the cause
         if r.group:

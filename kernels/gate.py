@@ -228,8 +228,9 @@ class Running:
         self.blocked, self.blocking = 0.0, None  # seconds it kept a waiting timing off; since (arbitrate)
         self.fd, self.buf, self.partial_since = conn.fileno(), b"", None
         # --reference_timing=apart: whether this job may tell the reference's time (it times
-        # the reference before its candidate loads), and what it told: (ms, spread, disturbed)
-        self.takes_reference, self.reference = False, None
+        # the reference before its candidate loads), what it told: (ms, spread, disturbed), and
+        # the (ms, spread) it was given instead (the Evaluator's, from an earlier job)
+        self.takes_reference, self.reference, self.given_reference = False, None, None
         os.set_blocking(self.fd, False)
 
     @property
