@@ -92,8 +92,9 @@ SETTINGS = {
                             "speedup (the success rate and the mean speedup, failures as 0: successes are timed)"),
         st_exemplars=(0, "show up to this many of Stage 1's timed variants (bucket-sampled) in Stage 2's prompts, "
                          "as Stage 3 shows its exemplars (0 = the paper: none)"),
-        st_noise=(0.0, "a fall in the success rate undoes a round's training only beyond this many standard errors "
-                       "(binomial, of the two rounds' rates; 0 = any fall)"),
+        st_noise=(0.0, "a fall in the success rate (binomial) or, with --st_keep speedup, in the mean speedup (the "
+                       "spread of each task's samples) undoes a round's training only beyond this many standard "
+                       "errors of the difference of the two rounds' figures (0 = any fall)"),
         st_min_speedup=(0.0, "train only on successes at least this fast against the reference (successes are "
                              "timed; 0 = the paper: every success; slow but correct ones still go to Stage 3's "
                              "database)"),

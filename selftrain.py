@@ -16,7 +16,7 @@ less often correct than the round before's, the model before that training is th
 undoes the training too; `--st_exemplars N`: prompts show up to N of Stage 1's variants, as Stage 3's
 do; `--st_min_speedup X`: only successes at least X times as fast as the reference are trained
 on, so a round does not teach the slow but correct code it sampled; `--st_noise Z`: a fall in the
-success rate within Z standard errors does not undo the training). Writes
+success rate or the mean speedup within Z standard errors does not undo the training). Writes
 out/<config>/selftrain/: the checkpoint after each round, successes.jsonl (every success,
 for Stage 3's database), candidates.jsonl, log.jsonl, samples/round_<r>.jsonl.
 Killed? Run the same command again: it resumes at the round in flight.
@@ -83,27 +83,34 @@ def sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank=0, world=1, db=None):
     t1 = t1[0]
     ok = sum(r["status"] == "ok" for r in rows)
     rate = ok / max(1, len(rows))
-    speed = mean_speedup(rows)
+    speed, se = mean_speedup(rows)
     if rank == 0:
         os.makedirs(os.path.join(out, "samples"), exist_ok=True)
         common.write_jsonl(os.path.join(out, "samples", f"round_{rnd}.jsonl"), rows)
         common.append_jsonl(os.path.join(out, "candidates.jsonl"),
                             [{k: v for k, v in r.items() if k != "text"} for r in rows])
-        timed = f", mean speedup {speed:.3f}" if ev.cfg["time_candidates"] else ""
+        timed = f", mean speedup {speed:.3f} (standard error {se:.3f})" if ev.cfg["time_candidates"] else ""
         print(f"selftrain round {rnd}: {ok}/{len(rows)} correct ({100 * rate:.0f}%){timed}, "
               f"{len(succ)} distinct | sampling {t1 - t0:.0f} s, judging {time.time() - t1:.0f} s")
-    return succ, rate, speed
+    return succ, rate, speed, se
 
 
 def mean_speedup(rows):
-    """Judged sample rows -> the mean over tasks of each task's mean speedup (failures as 0),
-    leaving out tasks whose output never changes with the input (as crl.py and evaluate.py do)."""
+    """Judged sample rows -> (the mean over tasks of each task's mean speedup, failures as 0,
+    its standard error), leaving out tasks whose output never changes with the input (as crl.py
+    and evaluate.py do). The error is the spread of the samples within each task: a task whose
+    replies run from 0 (wrong) to 28x moves the mean by more than a round's training did."""
     aside = {r["task"] for r in rows if "input_independent" in (r.get("flags") or ())}
     by_task = {}
     for r in rows:
         if r["task"] not in aside:
             by_task.setdefault(r["task"], []).append(r.get("speedup") or 0.0)
-    return sum(sum(xs) / len(xs) for xs in by_task.values()) / max(1, len(by_task))
+    means = {t: sum(xs) / len(xs) for t, xs in by_task.items()}
+    # variance of a task's mean: sample variance / n (a task sampled once adds none)
+    var = sum(sum((x - means[t]) ** 2 for x in xs) / (len(xs) - 1) / len(xs)
+              for t, xs in by_task.items() if len(xs) > 1)
+    k = max(1, len(by_task))
+    return sum(means.values()) / k, math.sqrt(var) / k
 
 
 def trained_on(succ, floor):
@@ -114,12 +121,14 @@ def trained_on(succ, floor):
     return [s for s in succ if not floor or (s.get("speedup") or 0.0) >= floor]
 
 
-def worse(rates, speeds, keep, n=0, noise=0.0):
+def worse(rates, speeds, keep, n=0, noise=0.0, speed_ses=()):
     """Did the last round's samples come out worse than the round before's? -> the reason, or ""
     (keep: "success" compares success rates; "speedup" mean speedups too). noise > 0: a fall
     in the success rate counts only beyond that many standard errors of the difference of two
-    rates of n samples each (pooled; two of 48 at 96% is within one): a round of a few
-    samples a task reverted on chance alone."""
+    rates of n samples each (pooled; two of 48 at 96% is within one), and a fall in the mean
+    speedup beyond that many standard errors of the difference of the two means (speed_ses:
+    each round's, from mean_speedup): a round of a few samples a task reverted on chance alone
+    (on a real model, 3.231 -> 3.218 with a standard error near 1)."""
     if len(rates) < 2:
         return ""
     p = (rates[-1] + rates[-2]) / 2
@@ -127,8 +136,12 @@ def worse(rates, speeds, keep, n=0, noise=0.0):
     if rates[-1] < rates[-2] - allowed:
         within = f" (more than {noise:g} standard errors, {100 * allowed:.1f} points)" if allowed else ""
         return f"success rate fell to {100 * rates[-1]:.0f}% from {100 * rates[-2]:.0f}%{within}"
-    if keep == "speedup" and len(speeds) >= 2 and speeds[-1] < speeds[-2]:
-        return f"mean speedup fell to {speeds[-1]:.3f} from {speeds[-2]:.3f}"
+    if keep == "speedup" and len(speeds) >= 2:
+        ses = list(speed_ses)[-2:] if noise and len(speed_ses) >= 2 else [0.0, 0.0]
+        allowed = noise * math.sqrt(ses[0] ** 2 + ses[1] ** 2)
+        if speeds[-1] < speeds[-2] - allowed:
+            within = f" (more than {noise:g} standard errors, {allowed:.3f})" if allowed else ""
+            return f"mean speedup fell to {speeds[-1]:.3f} from {speeds[-2]:.3f}{within}"
     return ""
 
 
@@ -191,13 +204,14 @@ def run(cfg):
         rounds = cfg["st_rounds"] + (1 if cfg["st_check_last"] else 0)  # the check: sampled, not trained on
         while extra["round"] < rounds:
             rnd = extra["round"] + 1
-            succ, rate, speed = sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank, world, db)
+            succ, rate, speed, se = sample_round(cfg, smp, tok, tasks, ev, rnd, out, rank, world, db)
             if rank == 0:
                 common.append_jsonl(os.path.join(out, "successes.jsonl"),
                                     [{k: v for k, v in s.items() if k not in ("prompt_ids", "completion_ids")}
                                      for s in succ])
             rates, speeds = extra["rates"] + [rate], extra.get("speeds", []) + [speed]
-            why = worse(rates, speeds, cfg["st_keep"], len(tasks) * cfg["st_samples"], cfg["st_noise"])
+            ses = extra.get("speed_ses", []) + [se]
+            why = worse(rates, speeds, cfg["st_keep"], len(tasks) * cfg["st_samples"], cfg["st_noise"], ses)
             if why and kept is not None:
                 # The last round's training made the model worse: its samples are the measure.
                 # Keep the model that round trained, not this one (on a real model an
@@ -205,16 +219,16 @@ def run(cfg):
                 set_weights(model, kept)
                 if rank == 0:
                     print(f"selftrain: {why}; keeping the model before round {rnd - 1}'s training and stopping")
-                extra = dict(extra, rates=rates, speeds=speeds, round=rnd, stopped=True, reverted=rnd - 1)
+                extra = dict(extra, rates=rates, speeds=speeds, speed_ses=ses, round=rnd, stopped=True, reverted=rnd - 1)
                 break
             if len(rates) > 1 and rate <= rates[-2]:  # the success rate stopped rising: stop here
                 if rank == 0:
                     print(f"selftrain: success rate {100 * rate:.0f}% did not rise over {100 * rates[-2]:.0f}%; "
                           f"stopping")
-                extra = dict(extra, rates=rates, speeds=speeds, round=rnd, stopped=True)
+                extra = dict(extra, rates=rates, speeds=speeds, speed_ses=ses, round=rnd, stopped=True)
                 break
             if rnd > cfg["st_rounds"]:  # the check round: the last training held
-                extra = dict(extra, rates=rates, speeds=speeds, round=rnd)
+                extra = dict(extra, rates=rates, speeds=speeds, speed_ses=ses, round=rnd)
                 break
             if rnd < rounds:  # the next round measures what this one trains: keep a way back
                 kept = get_weights(model)
@@ -228,7 +242,7 @@ def run(cfg):
                                       cfg["st_lr"], tag=f"selftrain r{rnd}", rank=rank, world=world)
             else:
                 opt = None
-            extra = dict(extra, rates=rates, speeds=speeds, round=rnd)
+            extra = dict(extra, rates=rates, speeds=speeds, speed_ses=ses, round=rnd)
             policy.save_checkpoint(out, model, tok, opt, 0, cfg, extra, write=rank == 0)
     policy.save_checkpoint(out, model, tok, None, 0, cfg, dict(extra, done=True), write=rank == 0)
     common.barrier(world)  # the checkpoint is on disk before any rank goes on

@@ -4064,13 +4064,15 @@ def test_later_stages_start_from_a_given_checkpoint(pipeline, tmp_path):
 @pytest.mark.parametrize("rates,speeds,st_keep,kept_trainings,noise", [
     ((0.5, 0.8, 0.4), (1.0, 2.0, 3.0), "success", 1, 0), ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "success", 2, 0),
     ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "speedup", 1, 0), ((0.5, 0.8, 0.9), (1.0, 2.0, 2.5), "speedup", 2, 0),
-    ((0.5, 0.8, 0.7), (1.0, 2.0, 3.0), "success", 2, 1)])  # 0.7 after 0.8 of 4 samples: within the noise
+    ((0.5, 0.8, 0.7), (1.0, 2.0, 3.0), "success", 2, 1),  # 0.7 after 0.8 of 4 samples: within the noise
+    ((0.5, 0.8, 0.9), (1.0, 2.0, 1.5), "speedup", 2, 1)])  # 2.0 -> 1.5, each round's error 1: within it
 def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline, tmp_path, monkeypatch, rates,
                                                                        speeds, st_keep, kept_trainings, noise):
     """Two rounds and the check round (--st_check_last). Rates 50%, 80%, then 40%: round 2's
     training made the samples worse, so the checkpoint is the model round 1 trained, not the
     last one. With 90% in the check round both trainings stay, unless --st_keep speedup and the
-    check round's mean speedup fell. (Each fake training adds 1 to one weight, so the checkpoint
+    check round's mean speedup fell (beyond the noise, with --st_noise: every fake round's mean
+    speedup has standard error 1). (Each fake training adds 1 to one weight, so the checkpoint
     tells how many trainings it holds.)"""
     import selftrain
     out, argv, _ = pipeline
@@ -4078,7 +4080,7 @@ def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline,
     cfg = config.parse([*keep, f"--out={tmp_path}", f"--init_from={out}/small/sft", "--st_rounds=2",
                         "--st_check_last", "--progress=false", f"--st_keep={st_keep}", f"--st_noise={noise}"])
     it = iter(zip(rates, speeds))
-    monkeypatch.setattr(selftrain, "sample_round", lambda *a, **k: ([dict(task="gelu")], *next(it)))
+    monkeypatch.setattr(selftrain, "sample_round", lambda *a, **k: ([dict(task="gelu")], *next(it), 1.0))
 
     def fake_finetune(cfg, succ, out, model, tok, state, epochs, lr, **kw):
         with torch.no_grad():
@@ -4092,7 +4094,7 @@ def test_selftrain_keeps_the_model_before_a_round_that_lowered_success(pipeline,
     assert torch.allclose(diff, torch.full_like(diff, float(kept_trainings))), (diff.min(), diff.max())
     state = torch.load(os.path.join(folder, "train_state.pt"), weights_only=False)
     assert state["extra"]["rates"] == list(rates) and state["extra"].get("reverted") == (2 if kept_trainings == 1 else None)
-    assert state["extra"]["speeds"] == list(speeds)
+    assert state["extra"]["speeds"] == list(speeds) and state["extra"]["speed_ses"] == [1.0] * len(speeds)
 
 
 @pytest.mark.slow
@@ -4110,7 +4112,7 @@ def test_selftrain_trains_only_on_fast_successes_with_st_min_speedup(pipeline, t
             for h, x in (("slow", 0.06), ("fast", 1.4), ("even", 1.0))]
     trained, timed, real = [], [], sft.finetune
     monkeypatch.setattr(selftrain, "sample_round", lambda cfg, smp, tok, tasks, ev, *a, **k:
-                        (timed.append(ev.cfg["time_candidates"]), (list(succ), 0.5, 1.0))[1])
+                        (timed.append(ev.cfg["time_candidates"]), (list(succ), 0.5, 1.0, 0.0))[1])
     # the real fine-tuning (a faked one once hid a crash on exactly these records), watched
     monkeypatch.setattr(sft, "finetune", lambda cfg, s, *a, **k: (trained.append([x["source_hash"] for x in s]),
                                                                    real(cfg, s, *a, **k))[1])
@@ -4160,7 +4162,8 @@ def test_selftrain_mean_speedup_counts_failures_as_zero_and_leaves_constant_task
     import selftrain
     rows = [dict(task="a", speedup=2.0, flags=[]), dict(task="a", speedup=0.0, flags=[]),
             dict(task="b", speedup=3.0, flags=[]), dict(task="c", speedup=50.0, flags=["input_independent"])]
-    assert selftrain.mean_speedup(rows) == pytest.approx((1.0 + 3.0) / 2)
+    # a's mean 1 (sample variance 2, so 1 for its mean of 2); b sampled once adds no variance
+    assert selftrain.mean_speedup(rows) == pytest.approx(((1.0 + 3.0) / 2, 1.0 / 2))
     assert selftrain.worse([0.5, 0.5], [2.0, 1.0], "success") == ""
     assert "mean speedup fell" in selftrain.worse([0.5, 0.5], [2.0, 1.0], "speedup")
     assert "success rate fell" in selftrain.worse([0.5, 0.4], [1.0, 2.0], "speedup")
@@ -4169,8 +4172,11 @@ def test_selftrain_mean_speedup_counts_failures_as_zero_and_leaves_constant_task
     assert "standard errors" in selftrain.worse([46 / 48, 38 / 48], [1.0, 1.0], "success", 48, 1.0)
     assert "success rate fell" in selftrain.worse([46 / 48, 44 / 48], [1.0, 1.0], "success", 48, 0.0)
     assert "success rate fell" in selftrain.worse([1.0, 47 / 48], [1.0, 1.0], "success", 48, 0.0)
-    # within the noise, a fall in the mean speedup still counts under --st_keep speedup
+    # the mean speedup's fall against its own noise: the rounds' standard errors (none given: any fall)
     assert "mean speedup fell" in selftrain.worse([46 / 48, 44 / 48], [3.09, 2.80], "speedup", 48, 1.0)
+    assert selftrain.worse([46 / 48, 44 / 48], [3.09, 2.80], "speedup", 48, 1.0, [0.3, 0.3]) == ""
+    assert "standard errors" in selftrain.worse([46 / 48, 44 / 48], [3.09, 2.50], "speedup", 48, 1.0, [0.3, 0.3])
+    assert "mean speedup fell" in selftrain.worse([46 / 48, 46 / 48], [3.09, 2.80], "speedup", 48, 0.0, [0.3, 0.3])
 
 
 def test_crl_step_line_is_short_and_says_when_no_group_carried_a_signal():
