@@ -1428,7 +1428,8 @@ def hack_files(backend, folder="hacks"):
         code = open(f).read()
         meta = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(code).body
                 if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
-                and n.targets[0].id in ("EXPECT", "TASK", "OPTIONS", "FLAGS", "SET_FLAGS", "NEEDS", "STATIC", "MAX_SPEEDUP", "MAX_RUN_S")}
+                and n.targets[0].id in ("EXPECT", "TASK", "OPTIONS", "FLAGS", "SET_FLAGS", "NEEDS", "STATIC", "MAX_SPEEDUP",
+                                        "MAX_RUN_S", "EXPECT_APART", "MAX_SPEEDUP_APART")}
         out.append((f, code, meta))
     return out
 
@@ -1541,14 +1542,19 @@ def check_candidate(b, name):
     backend, failures = b.backend, []
     if SECRET in v.message + v.log:
         failures.append(f"{os.path.basename(f)}: the parent's secret is in its verdict")
+    # under --reference_timing=apart (CUDAL1_TEST_EVALUATOR) an attack on the reference's timing
+    # may be judged ok instead, for no gain: EXPECT_APART and MAX_SPEEDUP_APART say so
+    if json.loads(os.environ.get("CUDAL1_TEST_EVALUATOR") or "{}").get("reference_timing") == "apart":
+        meta = dict(meta, **{k[:-6]: v for k, v in meta.items() if k.endswith("_APART")})
     status, _, reasons = meta["EXPECT"].partition("/")
     if v.status != status or (reasons and v.reason not in reasons.split("|")):
         failures.append(f"{os.path.basename(f)}: expected {meta['EXPECT']}, got {v.status}/{v.reason}: {v.message}")
     elif v.reason == "oom" and backend == "cuda" and not v.alone:  # beside others: again, alone
         failures.append(f"{os.path.basename(f)}: out of memory, and not judged again alone")
-    elif v.seconds.get("run", 0.0) > meta.get("MAX_RUN_S", float("inf")):
-        failures.append(f"{os.path.basename(f)}: its job ran {v.seconds['run']:.1f} s, over the "
-                        f"{meta['MAX_RUN_S']} s a hang of its kind may cost")
+    elif v.seconds.get("run", 0.0) - v.seconds.get("wait", 0.0) > meta.get("MAX_RUN_S", float("inf")):
+        # queued for the device (apart: for the reference's timing, before the hang) is not the hang's cost
+        failures.append(f"{os.path.basename(f)}: its job ran {v.seconds['run']:.1f} s ({v.seconds.get('wait', 0):.1f} "
+                        f"s of it waiting), over the {meta['MAX_RUN_S']} s a hang of its kind may cost")
     elif v.ok and v.speedup > meta.get("MAX_SPEEDUP", float("inf")):
         failures.append(f"{os.path.basename(f)}: speedup {v.speedup:.2f}, above the {meta['MAX_SPEEDUP']} it "
                         f"can earn honestly")
