@@ -7,10 +7,11 @@ and turns what they report into Verdicts. Candidate code never runs in this proc
 import contextlib
 import os
 import shutil
+import struct
 import sys
 import tempfile
 
-from . import gate, limits, sandbox, settings, static
+from . import gate, limits, sandbox, settings, static, verdicts
 from .display import progress_bar, say
 from .source import Solution, sha, top_names
 from .builds import cache_root
@@ -58,6 +59,24 @@ def _tail(path, n=3000):
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+class _Timer:
+    """A device's reference timer (Evaluator._timer): its process and pipe, the job whose
+    round it is timing (a gate.Running, or None) and since when."""
+
+    def __init__(self, proc, conn):
+        self.proc, self.conn, self.busy, self.since = proc, conn, None, 0.0
+
+    def stop(self, stop=True):
+        """Stopped between its rounds: a timing's two processes each run only in their turn
+        (a pool of OpenMP threads that spins on after the reference's calls would otherwise
+        take the candidate's cores)."""
+        import signal
+        try:
+            os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class Evaluator:
@@ -147,6 +166,13 @@ class Evaluator:
         # before its candidate loaded, (ms, spread, when), reused for reference_retime seconds
         self.apart = self.cfg["time_candidates"] and self.cfg["reference_timing"] == "apart"
         self.ref_times = {}
+        # --reference_timing=separate: each device's reference timer (started at its first
+        # round): the reference's part of every timing round, in a process where no candidate
+        # code has run, while the candidate's job holds the device and is stopped
+        self.separate = self.cfg["time_candidates"] and self.cfg["reference_timing"] == "separate"
+        if self.separate and self.cfg["baseline"] == "compile":
+            raise ValueError("--reference_timing=separate times the eager reference only: not with --baseline=compile")
+        self._timers = {}  # device index -> _Timer
         self.reference_given = 0  # jobs that timed the candidate alone against a time another job told
         self._groups = []  # (a job's limits.JobGroup, its worker): removed once it exited and was judged
         self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
@@ -185,6 +211,10 @@ class Evaluator:
         for proc, conn in self._standby.values():
             self._dismiss(proc, conn)
         self._standby = {}
+        for t in self._timers.values():
+            t.stop(False)
+            self._dismiss(t.proc, t.conn)
+        self._timers = {}
         for g, p in self._groups:  # of workers still exiting
             p.join(5)
             g.close(tries=100)
@@ -295,6 +325,7 @@ class Evaluator:
             r.group = group
             self._groups.append((group, proc))
         r.takes_reference, r.given_reference = timed_apart and not known, known
+        r.separate = self.separate and kind == "run" and not (job["kernelbench"] or job["confirm"])
         self.events.append((r.start, kind, "start"))
         return r
 
@@ -320,6 +351,87 @@ class Evaluator:
             return Reject("rejected", "protocol", "a timed success without the reference's time told before the "
                           "candidate loaded: only the harness may write on the channel").result()
         return dict(res, ref_ms=told[0], speedup=told[0] / res["new_ms"])
+
+    def _timer(self, g):
+        """Device g's reference timer (worker.timer_main), started at its first round: a process
+        forked from the forkserver like a worker, boxed, with a work folder no job sees."""
+        t = self._timers.get(g)
+        if t is not None and t.proc.is_alive():
+            return t
+        sandbox.start_forkserver()
+        workdir = os.path.join(self.tmp, f"timer-{g}")
+        os.makedirs(workdir, exist_ok=True)
+        env = dict(self.env, CUDAL1_CACHE=workdir, HOME=workdir, TMPDIR=workdir)
+        if self.device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = gate.physical_gpu(self.gpus[g])
+        hidden = [h for h in self.hidden + sandbox.forkserver_folder() if not self._holds_needed(h)]
+        parent, child = self.ctx.Pipe(duplex=True)
+        proc = self.ctx.Process(target=self.worker.timer_main, daemon=True, name=f"{sandbox.WORKER_NAME}-timer",
+                                args=(child, env, self.run_cores[g], workdir, self.cfg["sandbox"], hidden))
+        proc.start()
+        child.close()
+        t = self._timers[g] = _Timer(proc, parent)
+        return t
+
+    def _serve_timers(self, active):
+        """--reference_timing=separate: hand each job that asked for a reference round (and
+        holds its device) to its device's timer, the job stopped meanwhile; hand back what
+        the timer measured (kept here: the speedup is computed from it, _finish), then let the
+        job go on. A timer that fails or overruns fails the job's timing (task_error)."""
+        for g, t in list(self._timers.items()):
+            if t.busy is None:
+                continue
+            late = gate.now() - t.since > max(60.0, self.cfg["run_timeout"])
+            if not (t.conn.poll() or late or not t.proc.is_alive()):
+                continue
+            try:
+                reply = t.conn.recv() if not late and t.conn.poll() else ("error", "no answer within "
+                                                                         f"{max(60.0, self.cfg['run_timeout']):.0f} s")
+            except (EOFError, OSError):
+                reply = ("error", "it died")
+            r, t.busy = t.busy, None
+            if reply[0] != "ok":  # a new timer for the next round
+                t.stop(False)
+                self._dismiss(t.proc, t.conn)
+                del self._timers[g]
+            else:
+                t.stop()  # first: its threads may spin on a while
+            r.ref_pending = False
+            if reply[0] == "ok":
+                r.ref_rounds.append(float(reply[1]))
+                data = struct.pack("<dd", reply[1], -1.0 if reply[2] is None else reply[2])
+            else:
+                r.timer_error = str(reply[1])
+                data = struct.pack("<dd", -1.0, -1.0)
+            r.stop(False)
+            r.tell(b"T" + data)
+        for r in active:
+            if r.ref_request is None or r.state != "hold":
+                continue
+            t = self._timer(r.gpu)
+            if t.busy is not None:
+                continue
+            runs, flags = r.ref_request
+            r.ref_request, r.ref_pending = None, True
+            r.stop(True)  # all of the candidate's process (and its job's group) while the reference runs
+            job = r.item["job"]
+            t.busy, t.since = r, gate.now()
+            t.stop(False)
+            t.conn.send(("round", {k: job[k] for k in ("task_code", "task_hash", "seed", "cfg", "device", "language")},
+                         runs, flags))
+
+    def _separate_reference(self, r, res):
+        """--reference_timing=separate: a timed success's speedup from the rounds the reference
+        timer measured for this job (the median of all it asked for), never from its result."""
+        if r.timer_error:
+            return Reject("task_error", "reference_failed", f"the reference timer failed: {r.timer_error}").result()
+        if res.get("status") != "ok" or not res.get("new_ms"):
+            return res
+        if not r.ref_rounds:
+            return Reject("rejected", "protocol", "a timed success without the reference timer's rounds: only the "
+                          "harness may write on the channel").result()
+        ref_ms = verdicts.median(r.ref_rounds)
+        return dict(res, ref_ms=ref_ms, speedup=ref_ms / res["new_ms"])
 
     def _reap(self, wait=False):
         """Workers that sent their result: joined once they have exited, killed 30 s after."""
@@ -412,6 +524,8 @@ class Evaluator:
                 res = self.worker.death(r.kind, r.proc.exitcode, log=_tail(r.log))
         if r.takes_reference or r.given_reference:
             res = self._trusted_reference(r, res)
+        if r.separate:
+            res = self._separate_reference(r, res)
         hit = r.group.verdict() if r.group else None  # a limit of its control group: the cause
         if r.group:
             r.group.read = True
@@ -662,8 +776,12 @@ class Evaluator:
                     [t for r in active if r.kind == "run" and r.state == "pausing"  # when it becomes late
                      and (t := r.since + gate.DEFER_AFTER + 0.01) > gate.now()]
                 wait = max(0.0, min(wake) - gate.now()) if wake else (5.0 if active else 0)
+                timers = [t.conn for t in self._timers.values() if t.busy is not None]
+                if timers:
+                    wait = min(wait, 1.0)  # (a timer that overruns is looked at again within a second)
                 ready = mpc.wait([r.conn for r in active] + [r.proc.sentinel for r in active] +  # and an
-                                 [e.proc.sentinel for e, _ in self._exiting] + [host.wake], timeout=wait)  # exit an alone job waits for
+                                 [e.proc.sentinel for e, _ in self._exiting] + [host.wake] + timers,  # exit an alone
+                                 timeout=wait)                                                       # job waits for
                 host.drain()
                 if host.cancelled:
                     raise KeyboardInterrupt("evaluation cancelled")
@@ -740,6 +858,8 @@ class Evaluator:
                     if bar:
                         bar.update(1)
                         bar.set_postfix_str(f"{r.item['task'].name}: {res['status']}", refresh=False)
+                # reference rounds asked for (separate): to the timers; their answers back to the jobs
+                self._serve_timers(active)
         except BaseException:
             for r in active + [r for r, _ in self._exiting]:
                 self._kill(r)

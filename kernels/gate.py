@@ -31,6 +31,7 @@ import math
 import os
 import select
 import signal
+import struct
 import subprocess
 import threading
 import time
@@ -86,6 +87,10 @@ DEFER_AFTER, DEFER_FOR = 0.5, 20.0
 # harness's next messages, its "paused" among them, and hold every timing on its GPU until the
 # job's deadline: the job ends at once, rejected/protocol.
 FRAME_SECONDS = 5.0
+# --reference_timing=separate: the most calls one reference round may ask for, and the most
+# rounds one job may (a timing asks for timing_rounds to max_rounds of them, twice over when
+# re-measured, plus its estimate): a candidate cannot keep the timer, and the device, busy.
+MAX_REFERENCE_RUNS, MAX_REFERENCE_ROUNDS = 4096, 64
 
 
 class Open:
@@ -189,6 +194,28 @@ class WorkerGate:
         if self.cores:
             _AFFINITY(0, self.cores)
 
+    def reference_round(self, runs, flags):
+        """--reference_timing=separate, while this worker holds the device: the reference's part
+        of a round, `runs` calls timed by the device's reference timer (a process where no
+        candidate code has run), this process stopped by the Evaluator meanwhile; flags: the
+        speed-only flags the candidate set, which the reference is timed under too ->
+        (median ms, other processes' load or None). The Evaluator keeps the times it hands
+        back here and computes the speedup from them, not from anything this process says."""
+        self.sync()  # nothing of the candidate's left running on the device
+        self.send(("refround", [runs, flags]))
+        while self._next() != b"T":
+            pass
+        data = b""
+        while len(data) < 16:
+            chunk = _READ(self.fd, 16 - len(data))
+            if not chunk:
+                os._exit(0)
+            data += chunk
+        ms, load = struct.unpack("<dd", data)
+        if ms <= 0:
+            raise RuntimeError("the reference timer failed (the Evaluator says why)")
+        return ms, (None if load < 0 else load)
+
     def release(self):
         """Timing done: give the GPU back and wait, paused, until the others may run too
         (the next one waiting times first)."""
@@ -231,6 +258,11 @@ class Running:
         # the reference before its candidate loads), what it told: (ms, spread, disturbed), and
         # the (ms, spread) it was given instead (the Evaluator's, from an earlier job)
         self.takes_reference, self.reference, self.given_reference = False, None, None
+        # --reference_timing=separate: whether its timing asks the reference timer for the
+        # reference's rounds, the one it asked for and not yet got (runs, flags), and the
+        # rounds' times the timer measured (the only reference time its speedup uses)
+        self.separate, self.ref_request, self.ref_rounds, self.timer_error = False, None, [], None
+        self.ref_pending = False  # its round is with the timer now
         os.set_blocking(self.fd, False)
 
     @property
@@ -288,6 +320,17 @@ class Running:
                             and all(isinstance(x, (int, float)) and 0 <= x < math.inf for x in t) and t[0] > 0):
                         raise verdicts.ProtocolError("a reference time the harness did not send")
                     self.reference = (float(t[0]), float(t[1]), bool(t[2]))
+                elif msg[0] == "refround":
+                    # asked while it holds the device, one at a time, a bounded number of calls
+                    # and of rounds, flags by name: anything else is the candidate's writing
+                    a = msg[1]
+                    if not (self.separate and self.state == "hold" and self.ref_request is None
+                            and not self.ref_pending and len(self.ref_rounds) < MAX_REFERENCE_ROUNDS and len(a) == 2
+                            and type(a[0]) is int and 1 <= a[0] <= MAX_REFERENCE_RUNS and isinstance(a[1], dict)
+                            and len(a[1]) <= 64
+                            and all(type(v) in (bool, int, float, str) and len(str(v)) <= 64 for v in a[1].values())):
+                        raise verdicts.ProtocolError("a reference round the harness did not ask for")
+                    self.ref_request = (a[0], a[1])
                 elif msg == ("device",):
                     self.host = None
                     self.tell(b"D")  # it waits for this before any GPU work

@@ -600,6 +600,7 @@ def run_job(job):
     res = {}
     with torch.no_grad():
         apart = cfg["time_candidates"] and cfg["reference_timing"] == "apart"
+        separate = cfg["time_candidates"] and cfg["reference_timing"] == "separate"
         try:
             ref, _ = start(h)
             if apart and job.get("reference_ms"):  # measured by another job of this task, lately
@@ -627,6 +628,11 @@ def run_job(job):
                     if apart:  # the candidate alone, against the reference's time from before it loaded
                         _, new_ms, spread = timing.run_timing(h, ref, new, ref_ms=ref_ms)
                         spread += ref_spread
+                    elif separate:  # the reference's rounds timed by the device's reference timer
+                        # under the speed-only flags the candidate has set by then, as paired
+                        remote = lambda runs: h.gate.reference_round(
+                            runs, {k: v for k, v in h.own_flags.items() if k in guards.SPEED_FLAGS})
+                        ref_ms, new_ms, spread = timing.run_timing(h, ref, new, remote=remote)
                     else:
                         ref_ms, new_ms, spread = timing.run_timing(h, ref, new)
                 except Reject:

@@ -71,7 +71,10 @@ EVALUATOR = ("the evaluator (the kernels package)", dict(
     baseline=("eager", "eager | compile: what the reference is timed as"),
     reference_timing=("paired", "paired: reference and candidate calls interleaved in one process, after the "
                                 "candidate loaded; apart: the reference timed alone before the candidate's code is "
-                                "loaded (nothing of the candidate can run then), the candidate alone after its checks"),
+                                "loaded (nothing of the candidate can run then), the candidate alone after its checks; "
+                                "separate: rounds alternate between the candidate's calls and the reference's, timed by "
+                                "a reference timer per device where no candidate code runs, the candidate's process "
+                                "stopped meanwhile (not with baseline compile)"),
     reference_retime=(0.0, "apart: seconds a reference time measured in one job is reused for the task's other "
                            "candidates on that GPU (or CPU), then measured again (0: each job times its own)"),
     time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),

@@ -240,26 +240,88 @@ def flush_buffer(h):
     return torch.empty(size, dtype=torch.uint8, device=h.dev)
 
 
-def run_timing(h, ref, new, ref_ms=None):
+class Calls:
+    """Timed calls on a pool of fresh input sets, fenced as the checks' inputs are
+    (harness.inputs: the storage a program is handed looks the same in both phases), the
+    cache flushed before each call, the device synchronized before the end mark: run_timing's
+    for both programs, and the reference timer's (worker.timer_main) for the reference alone.
+    calls(fn, is_ref) -> ms; after each candidate call on_new(inputs, output) may keep them
+    (the spot checks); watch (a ThreadWatch) brackets each call."""
+
+    def __init__(self, h, watch=None, on_new=None):
+        self.h, self.watch, self.on_new = h, watch, on_new
+        x0 = h.inputs(fenced=True)
+        self.set_bytes = max(1, sum(x.numel() * x.element_size() for x in tensors(x0)))
+        self.budget = min(4e9, 0.25 * torch.cuda.mem_get_info()[0]) if h.cuda else 5e8
+        self.pool = [x0] + [h.inputs(fenced=True) for _ in range(int(min(7, self.budget // self.set_bytes)))]
+        self.flush = flush_buffer(h)
+        if h.cuda:
+            self.ev0, self.ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.step = 0
+
+    def __call__(self, fn, is_ref):
+        h = self.h
+        t0 = h.clock()
+        i = self.step % len(self.pool)
+        self.step += 1
+        ms, out = self._timed(fn, is_ref, self.pool[i])
+        if not is_ref and self.on_new:
+            self.on_new(self.pool[i], out)
+        del out
+        # the set just used gets new values, untimed, from the task's own get_inputs (its
+        # distribution, its structure), written into its fenced buffers: no input set is
+        # timed twice, so a cache keyed on a sample of the values never pays (one keyed on
+        # the storage is the checks' cached_output)
+        for x, f in zip(self.pool[i], h.inputs()):
+            if isinstance(x, torch.Tensor):
+                x.copy_(f)
+        self.wall = h.clock() - t0  # the whole call as the host sees it (flush, synchronize, new inputs)
+        return ms
+
+    def _timed(self, fn, is_ref, xs):
+        h = self.h
+        self.flush.zero_()
+        h.sync()
+        mark = self.watch.start() if self.watch else None
+        with h.reference_flags() if is_ref else h.candidate_flags("timing"), \
+                contextlib.nullcontext() if is_ref else h.calling():
+            if h.cuda:
+                self.ev0.record()
+                out = fn(*xs)
+                h.sync()  # all streams of the device, not just the current one
+                self.ev1.record()
+                self.ev1.synchronize()
+                ms = self.ev0.elapsed_time(self.ev1)
+            else:
+                t0 = h.clock()
+                out = fn(*xs)
+                ms = (h.clock() - t0) * 1e3
+        if self.watch:
+            self.watch.stop(mark, is_ref)
+        return ms, out
+
+
+def reference_round(h, ref_fn, calls, runs, probe=None):
+    """The reference timer's part of a round (--reference_timing=separate): runs timed calls of
+    the reference alone, the candidate's process stopped meanwhile -> (median ms, the other
+    processes' load on the cores where it outlasted the retries, else None)."""
+    ts, load = retried(probe, lambda: [calls(ref_fn, True) for _ in range(runs)])
+    return median(ts), load
+
+
+def run_timing(h, ref, new, ref_ms=None, remote=None):
     """h: the worker's Harness; ref, new: the checked models -> (reference ms, candidate ms,
     spread of the per-round speedups). Exceptions from candidate code pass through: the
     caller turns them into verdicts. --reference_timing=apart: new None times the reference
     alone (before the candidate loads: -> (ms, None, spread of its rounds)); ref_ms given
-    times the candidate alone against that time (the spot checks still run the reference)."""
+    times the candidate alone against that time (the spot checks still run the reference).
+    --reference_timing=separate: remote(runs) -> (ms, disturbed) has the reference timer time
+    the reference's part of each round, in a process where no candidate code has run, this
+    process stopped meanwhile; a round's two parts in random order."""
     cfg = h.cfg
     # --baseline=compile: the reference compiled before the candidate loaded (harness.py);
     # same seed, so the same weights as `ref`
     ref_fn = h.baseline(ref)
-    # fenced as the checks' inputs are (harness.inputs): the storage a candidate is handed looks
-    # the same in both phases
-    x0 = h.inputs(fenced=True)
-    set_bytes = max(1, sum(x.numel() * x.element_size() for x in tensors(x0)))
-    budget = min(4e9, 0.25 * torch.cuda.mem_get_info()[0]) if h.cuda else 5e8
-    pool = [x0] + [h.inputs(fenced=True) for _ in range(int(min(7, budget // set_bytes)))]
-    flush = flush_buffer(h)
-    if h.cuda:
-        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    step = [0]
     rng = random.Random(fresh_seed())  # an order, and spot checks, the candidate cannot know ahead
     # Spot checks: a few of the candidate's timed calls, drawn at random as they happen (a
     # reservoir), keep their inputs and output; after the timing the reference runs on those
@@ -270,7 +332,6 @@ def run_timing(h, ref, new, ref_ms=None):
     # covers large speedups. The buffers are made at the first call (the warm-up) and then
     # refilled in place: nothing is allocated between timed calls.
     slots, seen = [], [0]  # slots: [inputs, outputs, the call kept there (0: none yet)]
-    k_spot = SPOT_CHECKS if (SPOT_CHECKS + 1) * set_bytes < budget else 1
 
     def keep(xs, out):
         seen[0] += 1
@@ -286,46 +347,15 @@ def run_timing(h, ref, new, ref_ms=None):
                     a.copy_(b)
             slots[j][2] = seen[0]
 
-    def timed(fn):
-        i = step[0] % len(pool)
-        step[0] += 1
-        ms, out = _timed(fn, pool[i])
-        if fn is new and new is not None:
-            keep(pool[i], out)
-        del out
-        # the set just used gets new values, untimed, from the task's own get_inputs (its
-        # distribution, its structure), written into its fenced buffers: no input set is
-        # timed twice, so a cache keyed on a sample of the values never pays (one keyed on
-        # the storage is the checks' cached_output)
-        for x, f in zip(pool[i], h.inputs()):
-            if isinstance(x, torch.Tensor):
-                x.copy_(f)
-        return ms
-
-    def _timed(fn, xs):
-        flush.zero_()
-        h.sync()
-        mark = watch.start()
-        with h.reference_flags() if fn is ref_fn else h.candidate_flags("timing"), \
-                contextlib.nullcontext() if fn is ref_fn else h.calling():
-            if h.cuda:
-                ev0.record()
-                out = fn(*xs)
-                h.sync()  # all streams of the device, not just the current one
-                ev1.record()
-                ev1.synchronize()
-                ms = ev0.elapsed_time(ev1)
-            else:
-                t0 = h.clock()
-                out = fn(*xs)
-                ms = (h.clock() - t0) * 1e3
-        watch.stop(mark, fn is ref_fn)
-        return ms, out
+    calls = Calls(h, on_new=keep)
+    k_spot = SPOT_CHECKS if (SPOT_CHECKS + 1) * calls.set_bytes < calls.budget else 1
+    # (by identity of the program, not `fn is new` on a candidate's object: run by the flags below)
+    timed = lambda fn: calls(fn, fn is ref_fn)
 
     # Threads the candidate started outside threading (compiled code, _thread): a thread that
     # works while the reference is timed (a spinner on its cores, GPU work from beside it)
     # slows the reference alone; the candidate's own pool working in its calls is its work
-    watch = ThreadWatch(h.tids0)
+    watch = calls.watch = ThreadWatch(h.tids0)
     watch.refresh()
     children = ChildWatch()
     probe = h.load_probe() if h.load_probe else None  # LoadProbe on the CPU
@@ -336,6 +366,18 @@ def run_timing(h, ref, new, ref_ms=None):
         # again (retried): a load that slows the multi-threaded reference more than the
         # candidate would move the speedup several-fold, not cancel out. Once a load has
         # outlasted the retries, the later rounds are not retried (it is not passing).
+        if remote is not None:  # separate: the candidate's calls here, the reference's in the timer
+            mine = lambda: (watch.refresh(), [timed(new) for _ in range(runs)])[1]
+            before = rng.random() < 0.5
+            ms_r, load_r = remote(runs) if before else (None, None)
+            tn, load = retried(probe, mine, 0 if disturbed else RETRIES)
+            if not before:
+                ms_r, load_r = remote(runs)
+            disturbed.extend(x for x in (load, load_r) if x is not None)
+            rr.append(ms_r)
+            rn.append(median(tn))
+            return
+
         def pairs():
             watch.refresh()
             tr, tn = [], []
@@ -354,8 +396,15 @@ def run_timing(h, ref, new, ref_ms=None):
     # what each round times: both, interleaved (paired); the reference alone, before the
     # candidate loads, or the candidate alone against that time (apart)
     # (flags, not `fn in progs`: that would call a candidate's own __eq__)
-    time_ref, time_new = ref_ms is None, new is not None
+    time_ref, time_new = ref_ms is None and remote is None, new is not None
     progs = [ref_fn] * time_ref + [new] * time_new
+    if remote is not None and probe:
+        ask = remote
+
+        def remote(runs):  # the CPU: the Evaluator's few milliseconds of handing back over before the
+            out = ask(runs)  # candidate's calls, not in them (the load probe would count them)
+            _SLEEP(0.003)
+            return out
     t0 = h.clock()
     for fn in progs:  # warm-up: lazy initialization, autotuning, caches
         timed(fn)
@@ -364,12 +413,17 @@ def run_timing(h, ref, new, ref_ms=None):
     if slow_cold:  # a pair that took a third of a round even cold is estimated on one pair,
         er, en = [], []  # shuffled as in a round of one pair, so that it can count as one (below)
         one_round(1, er, en)
-        est, n = [er[0] if time_ref else 0.0, en[0] if time_new else 0.0], 1
+        est, n = [er[0] if time_ref or remote else 0.0, en[0] if time_new else 0.0], 1
+        est_away = er[0] if remote is not None else 0.0
     else:
         est, n = [median([timed(fn) for _ in range(3)]) for fn in progs], 3
+        est_away = remote(3)[0] if remote is not None else 0.0
+        est.append(est_away)
     # one timed pair as the host sees it (flush, synchronize, bookkeeping included): rounds
     # are sized on this, so that a round of tiny kernels lasts round_seconds too
-    pair_ms = max(sum(est), (h.clock() - t0) * 1e3 / n)
+    # (separate: the candidate's last call as the host saw it, and the reference's at its own
+    # time, not its round trip through the Evaluator, nor a retry's wait for a load to pass)
+    pair_ms = max(sum(est), (h.clock() - t0) * 1e3 / n if remote is None else calls.wall * 1e3 + est_away)
 
     fit = cfg["round_seconds"] * 1e3 / max(1e-3, pair_ms)  # pairs that fit one round
     runs, rounds = int(min(cfg["max_runs"], max(cfg["min_runs"], fit))), cfg["timing_rounds"]

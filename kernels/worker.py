@@ -15,11 +15,12 @@ import resource
 import signal
 import sys
 import threading
+import time
 import traceback
 
 import torch
 
-from . import correctness, gate, guards, harness, sandbox, static
+from . import correctness, gate, guards, harness, sandbox, static, timing
 from . import verdicts
 
 if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
@@ -48,6 +49,72 @@ def standby_main(conn, env, cores, box=True):
     if msg is None:
         os._exit(0)
     child_main(msg[0], conn, msg[1])
+
+
+def timer_main(conn, env, cores, workdir, box, hidden=()):
+    """The reference timer of one device (--reference_timing=separate): a process in which no
+    candidate code ever runs. The Evaluator asks it for the reference's part of a timing round
+    while the candidate's job holds the device and is stopped: ("round", task job, runs, the
+    speed-only flags the candidate set) -> ("ok", median ms, other processes' load or None) |
+    ("error", why); None ends it. Each task's reference model, input pool and flush buffer are
+    made at its first round (the same construction, seed and inputs as a job's) and kept for
+    its next candidates, the last few tasks at most. The Evaluator's messages are pickled:
+    they come from the Evaluator only, never from a candidate's worker."""
+    sandbox.leave_evaluator_channels()
+    os.setsid()
+    # stopped between rounds, it could not act on a polite signal: killed outright if its
+    # parent (the forkserver, which ends with the Evaluator) goes
+    sandbox._libc.prctl(sandbox.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    os.environ.update(env)
+    if cores:
+        os.sched_setaffinity(0, cores)
+    fd = os.open(os.path.join(workdir, "timer.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    if box:
+        sandbox.enter(workdir, [env["CUDAL1_CACHE"]], None, hidden)
+    cuda = env.get("KERNELS_DEVICE") == "cuda"
+    if cuda:
+        _start_cuda()
+    else:
+        _cpu_worker_setup({})
+    states = {}  # task hash -> (harness, reference, timed calls), most recent last
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            os._exit(0)
+        if msg is None:
+            os._exit(0)
+        _, job, runs, flags = msg
+        try:
+            st = states.pop(job["task_hash"], None) or _timer_state(job, workdir)
+            states[job["task_hash"]] = st
+            while len(states) > 4:
+                states.pop(next(iter(states)))
+            h, ref, calls = st
+            h.own_flags = dict(flags)  # reference_flags keeps the speed-only ones (as a paired timing does)
+            if not cuda:  # the CPU: the Evaluator's few milliseconds of handing over before the calls, not
+                time.sleep(0.003)  # in them (the load probe would count them)
+            ms, load = timing.reference_round(h, h.baseline(ref), calls, runs, h.load_probe() if h.load_probe else None)
+            conn.send(("ok", ms, load))
+        except Exception as e:
+            traceback.print_exc()
+            states.pop(job["task_hash"], None)
+            conn.send(("error", f"{type(e).__name__}: {e}"[:300]))
+
+
+def _timer_state(job, workdir):
+    """A task's reference as a run job builds it (its seed, its construction, its first run as
+    the warm-up), with the timed calls' pool: the reference timer's state for that task."""
+    folder = os.path.join(workdir, job["task_hash"][:16])
+    os.makedirs(folder, exist_ok=True)
+    h = harness.Harness(dict(job, workdir=folder))
+    ref, xs, _, _ = h.run_reference()
+    h.flags0 = guards.read_flags()
+    calls = timing.Calls(h)
+    calls(h.baseline(ref), True)  # warm-up: lazy initialization, caches
+    return h, ref, calls
 
 
 def _start_cuda():
