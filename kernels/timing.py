@@ -301,12 +301,47 @@ class Calls:
         return ms, out
 
 
-def reference_round(h, ref_fn, calls, runs, probe=None):
+class DeviceQuiet:
+    """On a GPU, the reference timer's check that no other process's work is on the device
+    before a round (--reference_timing=separate): a candidate's process is stopped during the
+    reference's part, but kernels it queued just before run on, and the device's contexts take
+    turns. A tiny synchronized operation is timed from the host: with another context's
+    kernel resident it waits for its turn (a time slice, or the kernel's end). Before a round:
+    again, a millisecond apart, until it takes no more than 3x its quiet time (its best of the
+    first 20, at most 100 microseconds) and 50 microseconds over it; after `limit` seconds the round is timed anyway and
+    reported as under load (the verdict flagged disturbed)."""
+
+    def __init__(self, h, limit=2.0):
+        self.h, self.limit = h, limit
+        self.x = torch.zeros(256, device=h.dev)
+        # (at most 100 microseconds: a quiet GPU does it in tens; a base taken while another
+        # context's work was resident would let that work through)
+        self.base = min([self._once() for _ in range(20)] + [100e-6])
+
+    def _once(self):
+        t = _MONOTONIC()
+        self.x.zero_()
+        self.h.sync()
+        return _MONOTONIC() - t
+
+    def wait(self):
+        """-> None once quiet, else the seconds waited (reported as the round's load)."""
+        t0 = _MONOTONIC()
+        while self._once() > max(3 * self.base, self.base + 50e-6):
+            if _MONOTONIC() - t0 > self.limit:
+                return _MONOTONIC() - t0
+            _SLEEP(0.001)
+        return None
+
+
+def reference_round(h, ref_fn, calls, runs, probe=None, quiet=None):
     """The reference timer's part of a round (--reference_timing=separate): runs timed calls of
     the reference alone, the candidate's process stopped meanwhile -> (median ms, the other
-    processes' load on the cores where it outlasted the retries, else None)."""
+    processes' load on the cores where it outlasted the retries, else None). quiet: a
+    DeviceQuiet (on a GPU), waited on first."""
+    waited = quiet.wait() if quiet else None
     ts, load = retried(probe, lambda: [calls(ref_fn, True) for _ in range(runs)])
-    return median(ts), load
+    return median(ts), load if waited is None else max(load or 0.0, 1.0)
 
 
 def run_timing(h, ref, new, ref_ms=None, remote=None):

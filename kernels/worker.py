@@ -79,6 +79,7 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
     else:
         _cpu_worker_setup({})
     states = {}  # task hash -> (harness, reference, timed calls), most recent last
+    quiet = None  # on a GPU: timing.DeviceQuiet, made at the first round
     while True:
         try:
             msg = conn.recv()
@@ -96,7 +97,10 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
             h.own_flags = dict(flags)  # reference_flags keeps the speed-only ones (as a paired timing does)
             if not cuda:  # the CPU: the Evaluator's few milliseconds of handing over before the calls, not
                 time.sleep(0.003)  # in them (the load probe would count them)
-            ms, load = timing.reference_round(h, h.baseline(ref), calls, runs, h.load_probe() if h.load_probe else None)
+            if cuda and quiet is None:
+                quiet = timing.DeviceQuiet(h)
+            ms, load = timing.reference_round(h, h.baseline(ref), calls, runs, h.load_probe() if h.load_probe else None,
+                                              quiet)
             conn.send(("ok", ms, load))
         except Exception as e:
             traceback.print_exc()
