@@ -177,11 +177,13 @@ def build_dataset(cfg, tasks, ev, out):
     with open(os.path.join(out, "candidates.jsonl"), "a") as log:
         for spec in teacher_specs(cfg):
             samples = list(teacher_stream(spec, tasks, cfg, ev.language))
-            counts, seen = {}, set()
+            counts, seen, t0 = {}, set(), time.time()
             judged = ev.evaluate_responses(samples, prompts.parse_response, f"judging {spec}")
             for (task, text), (p, v) in zip(samples, judged):
+                # (seconds: where the stage's time goes, each step of each candidate's judging)
                 log.write(json.dumps(dict(stage="sft", teacher=spec, task=task.name, status=v.status,
-                                          reason=v.reason, source_hash=v.source_hash, message=v.message)) + "\n")
+                                          reason=v.reason, source_hash=v.source_hash, message=v.message,
+                                          seconds=v.seconds)) + "\n")
                 if v.ok and counts.get(task.name, 0) < cfg["keep"] and (task.name, v.source_hash) not in seen:
                     seen.add((task.name, v.source_hash))
                     counts[task.name] = counts.get(task.name, 0) + 1
@@ -190,7 +192,7 @@ def build_dataset(cfg, tasks, ev, out):
                                      prompt=prompts.task_prompt(task.code, ev.language),
                                      completion=prompts.completion(p.code, p.analysis, p.design), code=p.code))
             print(f"teacher {spec}: {len(samples)} samples, {sum(counts.values())} kept, "
-                  f"{len(counts)}/{len(tasks)} tasks covered")
+                  f"{len(counts)}/{len(tasks)} tasks covered (judged in {time.time() - t0:.0f} s)")
     return data
 
 
@@ -203,9 +205,11 @@ def time_kept(cfg, data):
     fails this second judging (its first pass was lucky) leaves the dataset: nothing that
     failed any check is trained on. -> the variants kept. Each is judged against the task
     it was kept for (a teacher's record may bring its own reference)."""
+    t0 = time.time()
     with kernels.Evaluator(cfg, time_candidates=True) as ev:
         vs = ev.evaluate([(taskset.Task(d["task"], d["task_code"], "data.jsonl"), d["code"]) for d in data],
                          desc="timing kept variants")
+    print(f"sft: {len(data)} kept variants judged again and timed ({time.time() - t0:.0f} s)")
     for d, v in zip(data, vs):
         d.update(speedup=v.speedup if v.ok else 0.0, timed=dict(status=v.status, reason=v.reason, flags=v.flags,
                                                                 message=v.message[:300]))

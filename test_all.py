@@ -4058,6 +4058,7 @@ def test_pipeline_runs_every_stage(pipeline):
     assert len({d["task"] for d in data}) == 2 and max(sum(d["task"] == t for d in data) for t in ("gelu",)) <= 2
     cands = [json.loads(line) for line in open(os.path.join(base, "sft", "candidates.jsonl"))]
     assert len(cands) == 6  # attempts x tasks, every one judged and logged
+    assert all(c["seconds"].get("total", 0) > 0 for c in cands if c["status"] == "ok")  # where the stage's time goes
     log = [json.loads(line) for line in open(os.path.join(base, "crl", "log.jsonl"))]
     assert [r["step"] for r in log] == [1, 2]
     keys = {"step", "success_rate", "mean_speedup", "median_speedup", "max_speedup", "reward_mean", "reward_std",
