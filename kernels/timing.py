@@ -498,7 +498,10 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
         children.check("the timing")
     if disturbed:
         h.flags += [] if "disturbed" in h.flags else ["disturbed"]
-        h.notes.append(f"timed under load: other processes used {max(disturbed):.1f} cores' worth of its "
+        h.notes.append("timed under load: another process's work was still on the device before "
+                       f"{len(disturbed)} of the reference's rounds (the reference timer waited for it, then "
+                       "timed anyway); the speedup may be off" if h.cuda else
+                       f"timed under load: other processes used {max(disturbed):.1f} cores' worth of its "
                        f"own in {len(disturbed)} round(s), the first measured {RETRIES + 1} times; the speedup may be off")
     if new is None:
         return median(rr), None, _spread(rr)
