@@ -381,26 +381,25 @@ class Evaluator:
         for g, t in list(self._timers.items()):
             if t.busy is None:
                 continue
-            late = gate.now() - t.since > max(60.0, self.cfg["run_timeout"])
-            if not (t.conn.poll() or late or not t.proc.is_alive()):
+            limit = max(60.0, self.cfg["run_timeout"])
+            answered = t.conn.poll()
+            late = gate.now() - t.since > limit
+            if not (answered or late or not t.proc.is_alive()):
                 continue
             try:
-                reply = t.conn.recv() if not late and t.conn.poll() else ("error", "no answer within "
-                                                                         f"{max(60.0, self.cfg['run_timeout']):.0f} s")
+                reply = t.conn.recv() if answered and not late else ("error", f"no answer within {limit:.0f} s")
             except (EOFError, OSError):
                 reply = ("error", "it died")
             r, t.busy = t.busy, None
-            if reply[0] != "ok":  # a new timer for the next round
+            r.ref_pending = False
+            if reply[0] == "ok":
+                t.stop()  # first: its threads may spin on a while
+                r.ref_rounds.append(float(reply[1]))
+                data = struct.pack("<dd", reply[1], -1.0 if reply[2] is None else reply[2])
+            else:  # a new timer for the next round
                 t.stop(False)
                 self._dismiss(t.proc, t.conn)
                 del self._timers[g]
-            else:
-                t.stop()  # first: its threads may spin on a while
-            r.ref_pending = False
-            if reply[0] == "ok":
-                r.ref_rounds.append(float(reply[1]))
-                data = struct.pack("<dd", reply[1], -1.0 if reply[2] is None else reply[2])
-            else:
                 r.timer_error = str(reply[1])
                 data = struct.pack("<dd", -1.0, -1.0)
             r.stop(False)

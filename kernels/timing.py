@@ -308,8 +308,8 @@ class DeviceQuiet:
     turns. A tiny synchronized operation is timed from the host: with another context's
     kernel resident it waits for its turn (a time slice, or the kernel's end). Before a round:
     again, a millisecond apart, until it takes no more than 3x its quiet time (its best of the
-    first 20, at most 100 microseconds) and 50 microseconds over it; after `limit` seconds the round is timed anyway and
-    reported as under load (the verdict flagged disturbed)."""
+    first 20, at most 100 microseconds) and 50 microseconds over it; after `limit` seconds the
+    round is timed anyway and reported as under load (the verdict flagged disturbed)."""
 
     def __init__(self, h, limit=2.0):
         self.h, self.limit = h, limit
