@@ -3675,7 +3675,8 @@ def test_help_after_the_smol_preset_shows_its_values(capsys):
         entry = re.split(r"\n  --|\n\n", text.split(f"\n  --{key}=", 1)[1], maxsplit=1)[0]
         assert entry.endswith("(preset)"), (key, entry)
     for shown in (f'--model="{SMOL}"', "--max_len=8192", "--max_new_tokens=2304", "--lr=0.0001", "--crl_lr=1e-05",
-                  "--crl_temperature=0.9", "--st_check_last=true", "--gen_batch=48"):
+                  "--crl_temperature=0.9", "--st_check_last=true", "--gen_batch=48",
+                  '--st_keep="speedup"', "--st_exemplars=2", "--st_min_speedup=1.0", "--st_noise=1.0"):
         assert shown in text, shown
 
 
