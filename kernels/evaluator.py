@@ -72,11 +72,7 @@ class _Timer:
         """Stopped between its rounds: a timing's two processes each run only in their turn
         (a pool of OpenMP threads that spins on after the reference's calls would otherwise
         take the candidate's cores)."""
-        import signal
-        try:
-            os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
-        except (ProcessLookupError, PermissionError):
-            pass
+        gate.stop_group(self.proc.pid, stop)
 
 
 class Evaluator:

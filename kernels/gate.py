@@ -366,13 +366,18 @@ class Running:
         """Stop its process group (or let it go on), and freeze (thaw) its job's control group:
         what the candidate started in a session of its own stops with it."""
         if self.stopped != stop:
-            try:
-                os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
-            except (ProcessLookupError, PermissionError):
-                pass
+            stop_group(self.proc.pid, stop)
             if self.group is not None:
                 self.group.freeze(stop)
             self._set(stopped=stop)
+
+
+def stop_group(pid, stop=True):
+    """SIGSTOP (SIGCONT) the process group a worker or timer leads; one already gone is left."""
+    try:
+        os.killpg(pid, signal.SIGSTOP if stop else signal.SIGCONT)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def pick_slot(free, slots, active, item, exiting=()):
