@@ -170,19 +170,19 @@ def _libc():
 # them back, and a candidate can change them through any alias (__libc_mallopt) or by writing
 # glibc's memory, so they are written again after every candidate call and before every
 # reference call (guards.quiet): a threshold or fill a candidate set applies to its own calls only.
-MALLOC = {}
+_MALLOC = {}
 
 
 def mallopt(param, value):
     """glibc's malloc settings (the host allocator torch's CPU tensors come from) -> whether
     it took; False where the C library is not glibc."""
-    MALLOC[param] = value
+    _MALLOC[param] = value
     return bool(getattr(_libc(), "mallopt", None) and _libc().mallopt(param, value))
 
 
 def malloc_again():
-    """The harness's malloc settings written again (MALLOC)."""
-    for param, value in MALLOC.items():
+    """The harness's malloc settings written again (_MALLOC)."""
+    for param, value in _MALLOC.items():
         _libc().mallopt(param, value)
 
 

@@ -148,7 +148,7 @@ def write_flags(values):
 
 # Settings torch can set but not read back: oneDNN's and MKL's verbose modes, which print a
 # line for every primitive run (a convolution took 2.3x as long with oneDNN's on), and glibc's
-# malloc settings (correctness.MALLOC). Turned off (written again) after each candidate call and
+# malloc settings (correctness._MALLOC). Turned off (written again) after each candidate call and
 # before each reference call, so a candidate's apply to its own.
 _verbose = getattr(torch._C, "_verbose", None)
 _QUIET = [f for f in (getattr(_verbose, "mkldnn_set_verbose", None), getattr(_verbose, "mkl_set_verbose", None)) if f]
@@ -174,11 +174,38 @@ def snapshot(objs):
         for k, v in list(vars(obj).items()):
             if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
                 snap[(label, k)] = (obj, v, _code(v))
+            elif isinstance(obj, types.ModuleType) and obj.__name__.partition(".")[0] == "kernels" \
+                    and not k.startswith("__"):
+                # the harness's own constants: a candidate that emptied guards.FIXED_FLAGS or
+                # checks.DISTRIBUTIONS, or set timing.SPOT_CHECKS to 0, would switch a check off.
+                # Immutable values by identity; the public dicts and sets by their contents (a
+                # private one, _MALLOC say, is state the harness itself writes)
+                if isinstance(v, _IMMUTABLE):
+                    snap[(label, k)] = (obj, v, None)
+                elif isinstance(v, (dict, set)) and k.isupper() and not k.startswith("_"):
+                    snap[(label, k)] = (obj, v, _Contents(_contents(v)))
         if isinstance(obj, type):
             for k in dir(obj):
                 if k not in vars(obj) and callable(getattr(obj, k, None)):
                     snap[(label, k)] = (obj, INHERITED, None)
     return snap
+
+
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset)
+
+
+class _Contents(tuple):
+    """A container's items when the snapshot was taken (snapshot)."""
+
+
+def _contents(v):
+    return tuple(sorted(v, key=repr)) if isinstance(v, set) else tuple(v.items())
+
+
+def _same_contents(v, then):
+    now = _contents(v)
+    return len(now) == len(then) and all(a is b or (isinstance(a, tuple) and len(a) == 2 and a[0] == b[0]
+                                                    and a[1] is b[1]) for a, b in zip(now, then))
 
 
 def _code(v):
@@ -202,7 +229,8 @@ TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 def patched(snap):
     return [f"{label}.{k}" for (label, k), (obj, v, code) in snap.items()
             if (vars(obj).get(k, INHERITED) is not v and not torch_wrapper(vars(obj).get(k), v))
-            or (code is not None and _code(v) is not code)]
+            or (isinstance(code, _Contents) and not _same_contents(v, code))
+            or (code is not None and not isinstance(code, _Contents) and _code(v) is not code)]
 
 
 def interpreter_hooks():

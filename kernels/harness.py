@@ -140,6 +140,7 @@ class Harness:
         # flags, live threads, callables of the harness and torch, global module hooks;
         # ModelNew's forward and __call__, per instance (watch_forward).
         self.sol, self.flags0, self.threads0, self.snap, self.hooks0, self.fwd0 = None, {}, set(), {}, 0, {}
+        self.cfg0 = ()  # the settings when it loaded (integrity)
         self.tids0 = set()
         # The global flags the candidate set (candidate_flags), and those in force now.
         self.own_flags, self.applied = {}, {}
@@ -427,6 +428,7 @@ class Harness:
                                            for c in sorted(getattr(self, "ref_classes", ()), key=str)]
             + [(f"triton {c.__qualname__}", c) for c in triton])  # their counted launches
         self.hooks0 = self._global_hooks()
+        self.cfg0 = tuple(sorted((k, repr(v)) for k, v in self.cfg.items()))  # as integrity compares them
         self.interp0 = guards.interpreter_hooks()
         self.dispatch0 = guards.dispatch_table()
         path = os.path.join(self.workdir, "candidate.py")
@@ -469,6 +471,13 @@ class Harness:
         if bad:
             raise Reject("rejected", "harness_patched",
                          f"candidate replaced {', '.join(sorted(bad)[:5])} (during {where})")
+        # the settings the checks read (a candidate that set allow_lowp widened its own tolerance
+        # a hundredfold; check_seeds 0 would skip the checks)
+        then = dict(self.cfg0)
+        changed = sorted(k for k in self.cfg.keys() | then.keys() if repr(self.cfg.get(k)) != then.get(k))
+        if changed:
+            raise Reject("rejected", "harness_patched", f"candidate changed the evaluator's settings: "
+                         f"{', '.join(changed[:5])} (during {where})")
         ops = guards.overridden(self.dispatch0) if dispatch else []
         if ops:
             raise Reject("rejected", "harness_patched", f"candidate registered its own kernels for "
