@@ -167,8 +167,6 @@ class Evaluator:
         # round): the reference's part of every timing round, in a process where no candidate
         # code has run, while the candidate's job holds the device and is stopped
         self.separate = self.cfg["time_candidates"] and self.cfg["reference_timing"] == "separate"
-        if self.separate and self.cfg["baseline"] == "compile":
-            raise ValueError("--reference_timing=separate times the eager reference only: not with --baseline=compile")
         self._timers = {}  # device index -> _Timer
         self.reference_given = 0  # jobs that timed the candidate alone against a time another job told
         self._groups = []  # (a job's limits.JobGroup, its worker): removed once it exited and was judged
