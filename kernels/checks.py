@@ -216,11 +216,6 @@ def reused_output(h, where):
 TIMER_SAMPLES = 32768  # output elements sent to the timer, over all tensors: one message's worth
 
 
-def samples_each(n):
-    """Positions sampled in each of an output's n tensors (claim and compare_claim alike)."""
-    return max(1, TIMER_SAMPLES // max(1, n))
-
-
 def sample_at(t, seed, i, per):
     """Tensor i of an output, flattened and read at `per` positions drawn from (seed, i) (all
     of it when it is smaller): the same positions on both sides."""
@@ -247,7 +242,8 @@ def timer_check(h, new):
 def claim(out, seed):
     """An output -> plain JSON: {"t": i} for tensor i, {"l": [...]} for a list or tuple, {"v": x}
     for a number, a bool or None, {"o": type name} for anything else; and the tensors."""
-    per = samples_each(len(tensors(out)))
+    ts = tensors(out)
+    per = max(1, TIMER_SAMPLES // max(1, len(ts)))
     specs = []
 
     def tree(x):
@@ -267,11 +263,12 @@ def claim(out, seed):
 def compare_claim(got, r32, r64, seed, dev, allow_lowp, where):
     """The timer's side: a worker's claim (above) against this process's reference outputs
     (r32, r64 on the same input set) -> an Agreement; raises Reject as compare does."""
-    n = len(tensors(r32))
-    per = samples_each(n)
+    ref = tensors(r32)
+    per = max(1, TIMER_SAMPLES // max(1, len(ref)))
     specs = got.get("tensors") if isinstance(got, dict) else None
-    if not isinstance(specs, list) or len(specs) != n:
-        raise Reject("incorrect", "shape_mismatch", f"expected {n} output tensors ({where})")
+    if not isinstance(specs, list) or len(specs) != len(ref):
+        raise Reject("incorrect", "shape_mismatch", f"expected {len(ref)} output tensors ({where})")
+    r64s = tensors(r64)
     seen = [0]
 
     def walk(node, a, b):
@@ -308,7 +305,7 @@ def compare_claim(got, r32, r64, seed, dev, allow_lowp, where):
             return correctness.compare(mine, want, sample_at(b, seed, i, per), allow_lowp, where)
         out = v if kind == "v" and (v is None or isinstance(v, (bool, int, float))) else object()
         return correctness.compare(out, a, b, allow_lowp, where)
-    return walk(got.get("tree"), r32, r64)  # r64: r32's structure (correctness.reference_outputs)
+    return walk(got.get("tree"), r32, r64 if len(r64s) == len(ref) else r32)
 
 
 def check_after_timing(h, ref, new, ref64):

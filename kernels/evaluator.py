@@ -393,7 +393,9 @@ class Evaluator:
                 r.stop(False)
                 r.tell(b"C")
                 continue
-            if reply[0] == "ok":  # a round's (a check's failure is "error": the job's timing fails with it)
+            if t.what == "check":  # the timer failed: the job's timing fails with it (below)
+                reply = ("error", reply[1])
+            if reply[0] == "ok":
                 t.stop()  # first: its threads may spin on a while
                 r.ref_rounds.append(float(reply[1]))
                 data = struct.pack("<dd", reply[1], -1.0 if reply[2] is None else reply[2])
