@@ -80,7 +80,6 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
         _cpu_worker_setup({})
     states = {}  # task hash -> (harness, reference, timed calls), most recent last
     quiet = None  # on a GPU: timing.DeviceQuiet, made at the first round
-    checked = False  # a check ran since the last round: its float64 run left the caches and heap cold
     while True:
         try:
             msg = conn.recv()
@@ -96,7 +95,6 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
                 states.pop(next(iter(states)))
             h, ref, calls = st
             if what == "check":
-                checked = True
                 conn.send(_timer_check(h, job["seed"], *msg[2:]))
                 continue
             runs, flags = msg[2:]
@@ -105,9 +103,6 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
                 time.sleep(0.003)  # in them (the load probe would count them)
             if cuda and quiet is None:
                 quiet = timing.DeviceQuiet(h)
-            if checked:  # one call untimed first, so no round pays for the check (a slower reference
-                calls(h.baseline(ref), True)  # is a faster candidate)
-                checked = False
             ms, load = timing.reference_round(h, h.baseline(ref), calls, runs, h.load_probe() if h.load_probe else None,
                                               quiet)
             conn.send(("ok", ms, load))
