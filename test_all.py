@@ -983,6 +983,32 @@ def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
     assert share[1] == dict(timing=2.0, waiting=0.0, other=8.0), share[1]
 
 
+def test_a_stopped_worker_runs_no_thread_when_the_other_side_starts():
+    """Running.stop (and the reference timer's) waits until no thread of the stopped tree is
+    running: a spinning thread acts on SIGSTOP only at its next tick, and the other side's
+    first timed call would share the cores with it. Threads of a child process count too."""
+    code = ("import os, threading\n"
+            "def spin():\n    while True: pass\n"
+            "if os.fork() == 0:\n    spin()\n"
+            "[threading.Thread(target=spin, daemon=True).start() for _ in range(3)]\nspin()\n")
+    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        assert gate.running_threads(p.pid) >= 1
+        import multiprocessing as mp
+        import types
+        parent, _child = mp.Pipe(duplex=True)
+        w = gate.Running("run", {}, types.SimpleNamespace(pid=p.pid), parent, gate.now() + 60, 0, "", gpu=0)
+        w.stop(True)
+        assert gate.running_threads(p.pid) == 0
+        w.stop(False)
+        time.sleep(0.2)
+        assert gate.running_threads(p.pid) >= 1
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
 def _gate_run(tmp_path, args, poll, host=None):
     """Stand-in workers (_gate_worker(conn, path, *args[i])) on one GPU, driven as the
     Evaluator drives them (gate.arbitrate, then their messages, every `poll` seconds at most);

@@ -73,6 +73,8 @@ class _Timer:
         (a pool of OpenMP threads that spins on after the reference's calls would otherwise
         take the candidate's cores)."""
         gate.stop_group(self.proc.pid, stop)
+        if stop:
+            gate.wait_stopped(self.proc.pid)
 
 
 class Evaluator:

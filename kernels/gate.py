@@ -369,6 +369,8 @@ class Running:
             stop_group(self.proc.pid, stop)
             if self.group is not None:
                 self.group.freeze(stop)
+            if stop:
+                wait_stopped(self.proc.pid)
             self._set(stopped=stop)
 
 
@@ -378,6 +380,49 @@ def stop_group(pid, stop=True):
         os.killpg(pid, signal.SIGSTOP if stop else signal.SIGCONT)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+SETTLE_LIMIT = 0.05  # seconds wait_stopped waits for a stopped tree's last running thread
+
+
+def running_threads(pid):
+    """Threads of pid and its descendants that are running or runnable (state R) -> a count.
+    A stop is a signal: each thread acts on it when it next enters the kernel, which a thread
+    spinning on a core does at its next timer tick (4 ms at 250 Hz), so a stopped process
+    can run on for a tick after killpg returns."""
+    n, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                with open(f"/proc/{p}/task/{t}/stat", "rb") as f:
+                    n += f.read().rsplit(b")", 1)[1].split()[0] == b"R"
+                with open(f"/proc/{p}/task/{t}/children", "rb") as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except (OSError, IndexError, ValueError):
+                pass
+    return n
+
+
+def wait_stopped(pid, limit=SETTLE_LIMIT):
+    """After stopping a worker or the reference timer: wait (at most `limit` s) until no
+    thread of it runs. The other side of a timing starts only then, so its first call does
+    not share the cores with a thread still spinning (a candidate's spinner that kept the
+    reference's first call a tick behind gained 1.5x under --reference_timing=separate).
+    -> True once none runs (one in a session of its own, which the stop missed, runs on)."""
+    end = time.monotonic() + limit
+    while running_threads(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.0002)
+    return True
 
 
 def pick_slot(free, slots, active, item, exiting=()):
