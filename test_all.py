@@ -2334,6 +2334,55 @@ def test_reference_timed_in_a_process_of_its_own(cache, tasks):
         assert os.listdir(os.path.join(ev.tmp, "timer-0", "inductor"))
 
 
+_FULL_KNOWLEDGE = """
+import sys
+import torch
+import torch.nn as nn
+f = getattr(sys, "_get" + "frame")()
+while f is not None:  # the settings and the harness's own record of them, both rewritten
+    h = getattr(f, "f_" + "locals").get("self")
+    if type(h).__name__ == "Harness":
+        h.cfg["allow_lowp"] = True
+        h.cfg0 = tuple(sorted((k, repr(v)) for k, v in h.cfg.items()))
+    f = getattr(f, "f_" + "back")
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x.bfloat16()).float()
+"""
+
+_FORGED_CHECK = """
+import json, os, sys
+import torch.nn as nn
+import torch.nn.functional as F
+f = sys._getframe()
+while f is not None and not hasattr(f.f_locals.get("conn"), "fileno"):
+    f = f.f_back
+if f is not None and f.f_locals.get("kind") == "run":
+    data = json.dumps(["checkseed"]).encode()
+    os.write(f.f_locals["conn"].fileno(), len(data).to_bytes(4, "big") + data)
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return F.gelu(x)
+"""
+
+
+def test_the_reference_timer_checks_the_output_where_no_candidate_reached(cache, tasks):
+    """--reference_timing=separate: after its timing, the candidate's output on one more input
+    set, whose seed the Evaluator picks then, is compared by the reference timer with its own
+    reference, under the Evaluator's settings: the verdict is the timer's. A candidate that
+    rewrote both the settings (a hundredfold tolerance) and the harness's record of them
+    passes every check in its own process, and is rejected there; honest seeds pass; a check
+    asked for out of turn is a protocol violation."""
+    seeds = [(tasks[n], open(os.path.join(HERE, "tasks", "seeds", "cpp", n, "fast.py")).read())
+             for n in ("gelu", "mlp")]  # mlp: weights, built from the job's seed on both sides
+    with make_eval(cache, "cpu", reference_timing="separate", static_check=False, confirm_speedup=0) as ev:
+        a, b, full, forged = ev.evaluate(seeds + [(tasks["gelu"], _FULL_KNOWLEDGE), (tasks["gelu"], _FORGED_CHECK)])
+    assert a.ok and b.ok, (a.status, a.reason, a.message, b.status, b.reason, b.message)
+    assert (full.status, full.reason) == ("rejected", "precision") and "reference timer" in full.message, \
+        (full.status, full.reason, full.message)
+    assert (forged.status, forged.reason) == ("rejected", "protocol"), (forged.status, forged.reason, forged.message)
+
+
 @pytest.mark.slow
 def test_no_candidate_is_timed_during_the_hosts_own_work(cache, tasks):
     """Evaluator.host_gpu on the CPU (crl.py --overlap's policy work beside judging in a

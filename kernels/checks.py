@@ -6,6 +6,7 @@ after timing, one more input set. `h` is the worker's Harness throughout.
     ref, new, ref64 = run_checks(h)          # or raises Reject
     check_after_timing(h, ref, new, ref64)
 """
+import base64
 import time
 
 import torch
@@ -206,6 +207,108 @@ def reused_output(h, where):
                      f"output, which this call overwrote ({where})")
     if "reused_output" not in h.flags:
         h.flags.append("reused_output")
+
+
+# ----------------------------------------------------------------------------------------
+# --reference_timing=separate: one more input set, its outputs compared by the reference timer
+# (worker.timer_main), a process no candidate code has reached, against its own reference.
+
+TIMER_SAMPLES = 32768  # output elements sent to the timer, over all tensors: one message's worth
+
+
+def samples_each(n):
+    """Positions sampled in each of an output's n tensors (claim and compare_claim alike)."""
+    return max(1, TIMER_SAMPLES // max(1, n))
+
+
+def sample_at(t, seed, i, per):
+    """Tensor i of an output, flattened and read at `per` positions drawn from (seed, i) (all
+    of it when it is smaller): the same positions on both sides."""
+    n = t.numel()
+    if n <= per:
+        return t.reshape(-1)
+    g = torch.Generator().manual_seed(seed * 1009 + i)
+    return t.reshape(-1)[torch.randint(0, n, (per,), generator=g).to(t.device)]
+
+
+def timer_check(h, new):
+    """The worker's side: the Evaluator picks the input seed now (the gate asks it), the
+    candidate runs on that input set, and its output goes to the Evaluator as a claim: its
+    structure, each tensor's dtype and shape, and its values at sampled positions. The
+    Evaluator has the timer compare the claim with the timer's own reference; the verdict is
+    the timer's, whatever this process concludes."""
+    seed = h.gate.check_seed()
+    xs = h.inputs(seed, fenced=True)
+    with correctness.poisoned(h.out_specs, h.dev):
+        out = h.forward(new, xs, "the reference timer's check")
+    h.gate.checked(claim(out, seed))
+
+
+def claim(out, seed):
+    """An output -> plain JSON: {"t": i} for tensor i, {"l": [...]} for a list or tuple, {"v": x}
+    for a number, a bool or None, {"o": type name} for anything else; and the tensors."""
+    per = samples_each(len(tensors(out)))
+    specs = []
+
+    def tree(x):
+        if isinstance(x, torch.Tensor):
+            v = sample_at(x.detach(), seed, len(specs), per).contiguous().cpu()
+            specs.append(dict(dtype=str(x.dtype).removeprefix("torch."), shape=list(x.shape),
+                              data=base64.b64encode(v.view(torch.uint8).numpy().tobytes()).decode()))
+            return {"t": len(specs) - 1}
+        if isinstance(x, (list, tuple)):
+            return {"l": [tree(e) for e in x]}
+        if x is None or isinstance(x, (bool, int, float)):
+            return {"v": x}
+        return {"o": type(x).__name__}
+    return dict(tree=tree(out), tensors=specs)
+
+
+def compare_claim(got, r32, r64, seed, dev, allow_lowp, where):
+    """The timer's side: a worker's claim (above) against this process's reference outputs
+    (r32, r64 on the same input set) -> an Agreement; raises Reject as compare does."""
+    n = len(tensors(r32))
+    per = samples_each(n)
+    specs = got.get("tensors") if isinstance(got, dict) else None
+    if not isinstance(specs, list) or len(specs) != n:
+        raise Reject("incorrect", "shape_mismatch", f"expected {n} output tensors ({where})")
+    seen = [0]
+
+    def walk(node, a, b):
+        if not isinstance(node, dict) or len(node) != 1:
+            raise Reject("incorrect", "shape_mismatch", f"outputs of another structure than the reference's ({where})")
+        (kind, v), = node.items()
+        if isinstance(a, (list, tuple)):
+            if kind != "l" or not isinstance(v, list) or len(v) != len(a):
+                raise Reject("incorrect", "shape_mismatch", f"expected {len(a)} outputs ({where})")
+            return correctness.Agreement.worst([walk(n, x, y) for n, x, y in zip(v, a, b)] or
+                                               [correctness.Agreement(0.0, 0.0)])
+        if isinstance(a, torch.Tensor):
+            if kind != "t" or v != seen[0]:
+                raise Reject("incorrect", "not_a_tensor", f"output is not a tensor where the reference's is ({where})")
+            i, spec = seen[0], specs[seen[0]]
+            seen[0] += 1
+            dtype = getattr(torch, str(spec.get("dtype")), None) if isinstance(spec, dict) else None
+            shape = spec.get("shape") if isinstance(spec, dict) else None
+            if not isinstance(shape, list) or [int(s) for s in shape if type(s) is int] != shape:
+                raise Reject("incorrect", "shape_mismatch", f"an output's shape unreadable ({where})")
+            if tuple(shape) != tuple(a.shape):
+                raise Reject("incorrect", "shape_mismatch", f"output shape {tuple(shape)}, expected {tuple(a.shape)}")
+            if dtype != a.dtype:
+                raise Reject("incorrect", "dtype_mismatch", f"output dtype {spec.get('dtype')}, expected {a.dtype}")
+            want = sample_at(a, seed, i, per)
+            try:
+                raw = base64.b64decode(spec.get("data", ""), validate=True)
+            except (ValueError, TypeError):
+                raw = b""
+            if len(raw) != want.numel() * want.element_size():
+                raise Reject("incorrect", "shape_mismatch", f"an output's values do not fit its shape ({where})")
+            mine = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(a.dtype).to(dev) if raw else \
+                want.new_empty(0)
+            return correctness.compare(mine, want, sample_at(b, seed, i, per), allow_lowp, where)
+        out = v if kind == "v" and (v is None or isinstance(v, (bool, int, float))) else object()
+        return correctness.compare(out, a, b, allow_lowp, where)
+    return walk(got.get("tree"), r32, r64)  # r64: r32's structure (correctness.reference_outputs)
 
 
 def check_after_timing(h, ref, new, ref64):

@@ -67,6 +67,7 @@ class _Timer:
 
     def __init__(self, proc, conn):
         self.proc, self.conn, self.busy, self.since = proc, conn, None, 0.0
+        self.what = "round"  # what it was asked for: a timing round or a check
 
     def stop(self, stop=True):
         """Stopped between its rounds: a timing's two processes each run only in their turn
@@ -388,7 +389,13 @@ class Evaluator:
                 reply = ("error", "it died")
             r, t.busy = t.busy, None
             r.ref_pending = False
-            if reply[0] == "ok":
+            if t.what == "check" and reply[0] in ("ok", "reject"):
+                t.stop()
+                r.check_result = reply
+                r.stop(False)
+                r.tell(b"C")
+                continue
+            if reply[0] == "ok":  # a round's (a check's failure is "error": the job's timing fails with it)
                 t.stop()  # first: its threads may spin on a while
                 r.ref_rounds.append(float(reply[1]))
                 data = struct.pack("<dd", reply[1], -1.0 if reply[2] is None else reply[2])
@@ -399,21 +406,27 @@ class Evaluator:
                 r.timer_error = str(reply[1])
                 data = struct.pack("<dd", -1.0, -1.0)
             r.stop(False)
-            r.tell(b"T" + data)
+            r.tell(b"C" if t.what == "check" else b"T" + data)
         for r in active:
-            if r.ref_request is None or r.state != "hold":
+            if (r.ref_request is None and r.check_claim is None) or r.state != "hold" or r.ref_pending:
                 continue
             t = self._timer(r.gpu)
             if t.busy is not None:
                 continue
-            runs, flags = r.ref_request
-            r.ref_request, r.ref_pending = None, True
-            r.stop(True)  # all of the candidate's process (and its job's group) while the reference runs
             job = r.item["job"]
+            task = {k: job[k] for k in ("task_code", "task_hash", "seed", "cfg", "device", "language")}
+            if r.ref_request is not None:
+                runs, flags = r.ref_request
+                r.ref_request, t.what = None, "round"
+                msg = ("round", task, runs, flags)
+            else:  # the candidate's claim on the input set the check's seed makes
+                msg = ("check", task, r.check_seed, r.check_claim)
+                r.check_claim, t.what = None, "check"
+            r.ref_pending = True
+            r.stop(True)  # all of the candidate's process (and its job's group) while the reference runs
             t.busy, t.since = r, gate.now()
             t.stop(False)
-            t.conn.send(("round", {k: job[k] for k in ("task_code", "task_hash", "seed", "cfg", "device", "language")},
-                         runs, flags))
+            t.conn.send(msg)
 
     def _separate_reference(self, r, res):
         """--reference_timing=separate: a timed success's speedup from the rounds the reference
@@ -422,9 +435,12 @@ class Evaluator:
             return Reject("task_error", "reference_failed", f"the reference timer failed: {r.timer_error}").result()
         if res.get("status") != "ok" or not res.get("new_ms"):
             return res
-        if not r.ref_rounds:
-            return Reject("rejected", "protocol", "a timed success without the reference timer's rounds: only the "
-                          "harness may write on the channel").result()
+        if not r.ref_rounds or r.check_result is None:
+            return Reject("rejected", "protocol", "a timed success without the reference timer's rounds and check: "
+                          "only the harness may write on the channel").result()
+        if r.check_result[0] == "reject":
+            _, status, reason, message = r.check_result
+            return Reject(status, reason, message, log=res.get("log", "")).result()
         ref_ms = verdicts.median(r.ref_rounds)
         return dict(res, ref_ms=ref_ms, speedup=ref_ms / res["new_ms"])
 

@@ -29,6 +29,7 @@ pipe after the job: P pause, R resume, G go, D host-only work over.
 import contextlib
 import math
 import os
+import secrets
 import select
 import signal
 import struct
@@ -205,16 +206,35 @@ class WorkerGate:
         self.send(("refround", [runs, flags]))
         while self._next() != b"T":
             pass
-        data = b""
-        while len(data) < 16:
-            chunk = _READ(self.fd, 16 - len(data))
-            if not chunk:
-                os._exit(0)
-            data += chunk
-        ms, load = struct.unpack("<dd", data)
+        ms, load = struct.unpack("<dd", self._read(16))
         if ms <= 0:
             raise RuntimeError("the reference timer failed (the Evaluator says why)")
         return ms, (None if load < 0 else load)
+
+    def _read(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = _READ(self.fd, n - len(data))
+            if not chunk:
+                os._exit(0)
+            data += chunk
+        return data
+
+    def check_seed(self):
+        """--reference_timing=separate, while this worker holds the device: the seed of the
+        input set the reference timer checks (checks.timer_check), picked by the Evaluator now."""
+        self.sync()
+        self.send(("checkseed",))
+        while self._next() != b"S":
+            pass
+        return struct.unpack("<q", self._read(8))[0]
+
+    def checked(self, claim):
+        """The candidate's output on that set (checks.claim) to the Evaluator, which has the
+        timer compare it with its reference, this process stopped meanwhile."""
+        self.send(("checked", claim))
+        while self._next() != b"C":
+            pass
 
     def release(self):
         """Timing done: give the GPU back and wait, paused, until the others may run too
@@ -262,7 +282,10 @@ class Running:
         # reference's rounds, the one it asked for and not yet got (runs, flags), and the
         # rounds' times the timer measured (the only reference time its speedup uses)
         self.separate, self.ref_request, self.ref_rounds, self.timer_error = False, None, [], None
-        self.ref_pending = False  # its round is with the timer now
+        self.ref_pending = False  # its round (or its check) is with the timer now
+        # the timer's check (checks.timer_check): the seed given, the claim to hand over, the
+        # timer's answer (("ok",) | ("reject", status, reason, message))
+        self.check_seed, self.check_claim, self.check_result = None, None, None
         os.set_blocking(self.fd, False)
 
     @property
@@ -331,6 +354,18 @@ class Running:
                             and all(type(v) in (bool, int, float, str) and len(str(v)) <= 64 for v in a[1].values())):
                         raise verdicts.ProtocolError("a reference round the harness did not ask for")
                     self.ref_request = (a[0], a[1])
+                elif msg == ("checkseed",):
+                    # once a job, while it holds the device and after the rounds it was timed in
+                    if not (self.separate and self.state == "hold" and self.check_seed is None
+                            and self.ref_request is None and not self.ref_pending and self.ref_rounds):
+                        raise verdicts.ProtocolError("a check the harness did not ask for")
+                    self.check_seed = secrets.randbits(48)
+                    self.tell(b"S" + struct.pack("<q", self.check_seed))
+                elif msg[0] == "checked":
+                    if not (self.separate and self.state == "hold" and self.check_seed is not None
+                            and self.check_claim is None and self.check_result is None and not self.ref_pending):
+                        raise verdicts.ProtocolError("a check the harness did not ask for")
+                    self.check_claim = msg[1]
                 elif msg == ("device",):
                     self.host = None
                     self.tell(b"D")  # it waits for this before any GPU work

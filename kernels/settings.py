@@ -74,7 +74,7 @@ EVALUATOR = ("the evaluator (the kernels package)", dict(
                                 "loaded (nothing of the candidate can run then), the candidate alone after its checks; "
                                 "separate: rounds alternate between the candidate's calls and the reference's, timed by "
                                 "a reference timer per device where no candidate code runs, the candidate's process "
-                                "stopped meanwhile"),
+                                "stopped meanwhile; the timer also checks one output against its own reference"),
     reference_retime=(0.0, "apart: seconds a reference time measured in one job is reused for the task's other "
                            "candidates on that GPU (or CPU), then measured again (0: each job times its own)"),
     time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),

@@ -114,7 +114,8 @@ STATUSES = ("ok", "incorrect", "rejected", "runtime_error", "timeout", "compile_
 JOB_STATUSES = dict(compile=("built", "compile_error", "runtime_error"),
                     run=STATUSES, reference=("ok", "task_error", "runtime_error"))
 CONTROL = {"call": (int, float, type(None)), "acquire": None, "paused": None, "release": None,
-           "host": (bool,), "device": None, "reference": (list,), "refround": (list,)}
+           "host": (bool,), "device": None, "reference": (list,), "refround": (list,),
+           "checkseed": None, "checked": (dict,)}
 _NUM = (int, float, type(None))
 RESULT = dict(status=str, reason=str, message=str, log=str, speedup=_NUM, ref_ms=_NUM, new_ms=_NUM,
               spread=_NUM, max_err=_NUM, tol=_NUM, mean_err=_NUM, mean_tol=_NUM, flags=list, set_flags=dict, kernel_calls=int, seconds=dict)

@@ -20,7 +20,7 @@ import traceback
 
 import torch
 
-from . import correctness, gate, guards, harness, sandbox, static, timing
+from . import checks, correctness, gate, guards, harness, sandbox, static, timing
 from . import verdicts
 
 if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
@@ -87,13 +87,17 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
             os._exit(0)
         if msg is None:
             os._exit(0)
-        _, job, runs, flags = msg
+        what, job = msg[0], msg[1]
         try:
             st = states.pop(job["task_hash"], None) or _timer_state(job, workdir)
             states[job["task_hash"]] = st
             while len(states) > 4:
                 states.pop(next(iter(states)))
             h, ref, calls = st
+            if what == "check":
+                conn.send(_timer_check(h, job["seed"], *msg[2:]))
+                continue
+            runs, flags = msg[2:]
             h.own_flags = dict(flags)  # reference_flags keeps the speed-only ones (as a paired timing does)
             if not cuda:  # the CPU: the Evaluator's few milliseconds of handing over before the calls, not
                 time.sleep(0.003)  # in them (the load probe would count them)
@@ -106,6 +110,26 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
             traceback.print_exc()
             states.pop(job["task_hash"], None)
             conn.send(("error", f"{type(e).__name__}: {e}"[:300]))
+
+
+def _timer_check(h, weights, seed, claim):
+    """The timer's check (checks.timer_check): its reference, built from the job's seed
+    `weights` as the job built its candidate (the timed one may be another job's), on the
+    input set `seed` makes, in the task's dtype and in float64, against the candidate's claim
+    -> ("ok",) | ("reject", status, reason, message)."""
+    where = "the reference timer's check, against its own reference in a process no candidate code has reached"
+    try:
+        with torch.no_grad():
+            ref = h.build(h.task.Model, weights)
+            r32, r64, _ = correctness.reference_outputs(ref, correctness.float64_copy(ref), h.inputs(seed))
+            checks.compare_claim(claim, r32, r64, seed, h.dev, h.cfg["allow_lowp"], where)
+        return ("ok",)
+    except verdicts.Reject as e:
+        return ("reject", e.status, e.reason, e.message)
+    finally:
+        ref = r32 = r64 = None
+        if h.cuda:  # the float64 run's memory back to the device, for the jobs beside it
+            torch.cuda.empty_cache()
 
 
 def _timer_state(job, workdir):
