@@ -399,6 +399,10 @@ class Evaluator:
                 t.stop()  # first: its threads may spin on a while
                 r.ref_rounds.append(float(reply[1]))
                 data = struct.pack("<dd", reply[1], -1.0 if reply[2] is None else reply[2])
+            elif reply[0] == "oom":  # no memory beside the other jobs on its GPU: the job fails as out of
+                t.stop()  # memory, and is judged again alone (_separate_reference); the timer goes on
+                r.timer_error, r.timer_oom = str(reply[1]), True
+                data = struct.pack("<dd", -1.0, -1.0)
             else:  # a new timer for the next round
                 t.stop(False)
                 self._dismiss(t.proc, t.conn)
@@ -432,7 +436,8 @@ class Evaluator:
         """--reference_timing=separate: a timed success's speedup from the rounds the reference
         timer measured for this job (the median of all it asked for), never from its result."""
         if r.timer_error:
-            return Reject("task_error", "reference_failed", f"the reference timer failed: {r.timer_error}").result()
+            return Reject("task_error", "oom" if r.timer_oom else "reference_failed",
+                          f"the reference timer failed: {r.timer_error}").result()
         if res.get("status") != "ok" or not res.get("new_ms"):
             return res
         if not r.ref_rounds or r.check_result is None:

@@ -282,6 +282,7 @@ class Running:
         # reference's rounds, the one it asked for and not yet got (runs, flags), and the
         # rounds' times the timer measured (the only reference time its speedup uses)
         self.separate, self.ref_request, self.ref_rounds, self.timer_error = False, None, [], None
+        self.timer_oom = False  # the timer ran out of the GPU's memory for it (the job: again, alone)
         self.ref_pending = False  # its round (or its check) is with the timer now
         # the timer's check (checks.timer_check): the seed given, the claim to hand over, the
         # timer's answer (("ok",) | ("reject", status, reason, message))

@@ -109,6 +109,11 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
         except Exception as e:
             traceback.print_exc()
             states.pop(job["task_hash"], None)
+            if cuda and correctness.gpu_out_of_memory(e):  # the jobs beside it hold the GPU's memory: the
+                states.clear()  # Evaluator judges the job again, alone on its GPU (as a job's own oom)
+                torch.cuda.empty_cache()
+                conn.send(("oom", f"{type(e).__name__}: {e}"[:300]))
+                continue
             conn.send(("error", f"{type(e).__name__}: {e}"[:300]))
 
 
