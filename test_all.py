@@ -2308,6 +2308,23 @@ def test_the_reference_timer_waits_for_the_device_to_be_quiet():
     assert quiet.wait() >= 0.3  # (the hack this stops, hacks/cuda_separate_leftover.py, needs a GPU)
 
 
+def test_the_reference_timer_keeps_few_tasks_and_little_memory():
+    """The timer's cached tasks (worker.trim_timer_states): the least recently used go first,
+    down to TIMER_TASKS - 1 before a new one is built, and down to TIMER_BYTES of pools."""
+    import types
+    from kernels import worker
+    st = lambda gb: (None, None, types.SimpleNamespace(bytes=int(gb * 2**30)))
+    states = {k: st(0.1) for k in "abcde"}
+    worker.trim_timer_states(states)
+    assert list(states) == ["c", "d", "e"]
+    states = {"a": st(1.5), "b": st(0.4), "c": st(1.0)}
+    worker.trim_timer_states(states)
+    assert list(states) == ["b", "c"]
+    states = {"a": st(3.0)}
+    worker.trim_timer_states(states)
+    assert states == {}
+
+
 def test_reference_timed_in_a_process_of_its_own(cache, tasks):
     """--reference_timing=separate: each round's reference calls are timed by the device's
     reference timer, a process where no candidate code runs, while the candidate's process is

@@ -255,6 +255,7 @@ class Calls:
         self.budget = min(4e9, 0.25 * torch.cuda.mem_get_info()[0]) if h.cuda else 5e8
         self.pool = [x0] + [h.inputs(fenced=True) for _ in range(int(min(7, self.budget // self.set_bytes)))]
         self.flush = flush_buffer(h)
+        self.bytes = self.set_bytes * len(self.pool) + self.flush.numel()  # what it holds of the device's memory
         if h.cuda:
             self.ev0, self.ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         self.step = 0

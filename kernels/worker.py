@@ -89,10 +89,11 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
             os._exit(0)
         what, job = msg[0], msg[1]
         try:
-            st = states.pop(job["task_hash"], None) or _timer_state(job, workdir)
+            st = states.pop(job["task_hash"], None)
+            if st is None:  # room first: its pool is made beside the tasks kept
+                trim_timer_states(states)
+                st = _timer_state(job, workdir)
             states[job["task_hash"]] = st
-            while len(states) > 4:
-                states.pop(next(iter(states)))
             h, ref, calls = st
             if what == "check":
                 conn.send(_timer_check(h, job["seed"], *msg[2:]))
@@ -135,6 +136,18 @@ def _timer_check(h, weights, seed, claim):
         ref = r32 = r64 = None
         if h.cuda:  # the float64 run's memory back to the device, for the jobs beside it
             torch.cuda.empty_cache()
+
+
+TIMER_TASKS, TIMER_BYTES = 4, 2 << 30  # the tasks the timer keeps besides the one it times, and their pools' bytes
+
+
+def trim_timer_states(states, tasks=TIMER_TASKS - 1, limit=TIMER_BYTES):
+    """Drop the timer's least recently used tasks (states: task hash -> (harness, reference,
+    timing.Calls), oldest first) until at most `tasks` are left, holding at most `limit` bytes of
+    input pools and flush buffers: each pool is up to 4 GB of the GPU's memory, and the jobs
+    beside the timer need theirs (on an H100 a timer holding 10-13 GB ran out for its check)."""
+    while len(states) > tasks or (states and sum(st[2].bytes for st in states.values()) > limit):
+        states.pop(next(iter(states)))
 
 
 def _timer_state(job, workdir):
