@@ -450,9 +450,9 @@ def running_threads(pid):
 def wait_stopped(pid, limit=SETTLE_LIMIT):
     """After stopping a worker or the reference timer: wait (at most `limit` s) until no
     thread of it runs. The other side of a timing starts only then, so its first call does
-    not share the cores with a thread still spinning (a candidate's spinner that kept the
-    reference's first call a tick behind gained 1.5x under --reference_timing=separate).
-    -> True once none runs (one in a session of its own, which the stop missed, runs on)."""
+    not share the cores with a thread still spinning (on the CPU VM, 1-3 threads of a spinning
+    process ran on for 0.5-8.5 ms after killpg). -> True once none runs (False after `limit`:
+    a process in a session of its own, which killpg missed and no freezer holds, runs on)."""
     end = time.monotonic() + limit
     while running_threads(pid):
         if time.monotonic() > end:

@@ -138,7 +138,7 @@ def _timer_check(h, weights, seed, claim):
             torch.cuda.empty_cache()
 
 
-TIMER_TASKS, TIMER_BYTES = 4, 2 << 30  # the tasks the timer keeps besides the one it times, and their pools' bytes
+TIMER_TASKS, TIMER_BYTES = 4, 2 << 30  # the tasks the timer keeps (the one it times among them); the others' bytes
 
 
 def trim_timer_states(states, tasks=TIMER_TASKS - 1, limit=TIMER_BYTES):
