@@ -194,8 +194,8 @@ def throughput(cfg, pairs):
             print(f"{label}: {r['start_s']:.1f} s from start to the first timing (evaluator ready {r['ready_s']:.1f} s, "
                   f"first build done {r['first_build_s']:.1f} s, first check begun {r['first_run_s']:.1f} s), "
                   f"{r['after_start_per_min']:.1f} cand/min after it")
-    if cfg["reference_timing"] == "apart":
-        print("reference timed apart (--reference_retime " + f"{cfg['reference_retime']:g} s): given to "
+    if cfg["reference_timing"] in ("apart", "separate") and cfg["reference_retime"] > 0:
+        print(f"reference timed {cfg['reference_timing']} (--reference_retime " + f"{cfg['reference_retime']:g} s): given to "
               + ", ".join(f"{r['reference_given']} of {r['n']} jobs ({label})" for label, r in rows.items()))
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")

@@ -2349,6 +2349,15 @@ def test_reference_timed_in_a_process_of_its_own(cache, tasks):
         [v] = ev.evaluate(seeds[:1])
         assert v.ok, (v.status, v.reason, v.message)
         assert os.listdir(os.path.join(ev.tmp, "timer-0", "inductor"))
+    # --reference_retime: a job's quiet timer rounds are given in turn to the task's later jobs
+    # (their timings ask the timer nothing; each job's check still goes to it)
+    gelu = seeds[0][1]
+    with make_eval(cache, "cpu", reference_timing="separate", reference_retime=600.0, confirm_speedup=0) as ev:
+        vs = ev.evaluate([(tasks["gelu"], gelu + f"\n# copy {i}\n") for i in range(4)])  # 4 programs, not 1
+        kept = [ms for rounds, _ in ev.timer_rounds.values() for ms in rounds]
+    assert all(v.ok for v in vs), [(v.status, v.reason, v.message) for v in vs]
+    assert ev.reference_given >= 1 and kept, (ev.reference_given, kept)
+    assert sum(min(kept) <= v.ref_ms <= max(kept) for v in vs) >= ev.reference_given
 
 
 _FULL_KNOWLEDGE = """

@@ -170,7 +170,10 @@ class Evaluator:
         # code has run, while the candidate's job holds the device and is stopped
         self.separate = self.cfg["time_candidates"] and self.cfg["reference_timing"] == "separate"
         self._timers = {}  # device index -> _Timer
-        self.reference_given = 0  # jobs that timed the candidate alone against a time another job told
+        # with reference_retime: the rounds a timer measured for a job, quiet, kept for the task's later
+        # jobs on that device and with the same speed flags: (task hash, device, flags) -> (round ms, when)
+        self.timer_rounds = {}
+        self.reference_given = 0  # jobs timed against a reference time another job's timing measured
         self._groups = []  # (a job's limits.JobGroup, its worker): removed once it exited and was judged
         self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._clean_stale()
@@ -398,6 +401,7 @@ class Evaluator:
             if reply[0] == "ok":  # a round's (a check's failure is "error": the job's timing fails with it)
                 t.stop()  # first: its threads may spin on a while
                 r.ref_rounds.append(float(reply[1]))
+                r.ref_loaded |= reply[2] is not None  # such rounds are not kept for other jobs
                 data = struct.pack("<dd", reply[1], -1.0 if reply[2] is None else reply[2])
             elif reply[0] == "oom":  # no memory beside the other jobs on its GPU: the job fails as out of
                 t.stop()  # memory, and is judged again alone (_separate_reference); the timer goes on
@@ -414,6 +418,12 @@ class Evaluator:
         for r in active:
             if (r.ref_request is None and r.check_claim is None) or r.state != "hold" or r.ref_pending:
                 continue
+            kept = self._kept_rounds(r) if r.ref_request is not None else None
+            if kept:  # --reference_retime: an earlier job's rounds, in turn; the timer is not asked
+                r.reference_reused, r.ref_request = True, None
+                r.ref_rounds.append(kept[len(r.ref_rounds) % len(kept)])
+                r.tell(b"T" + struct.pack("<dd", r.ref_rounds[-1], -1.0))
+                continue
             t = self._timer(r.gpu)
             if t.busy is not None:
                 continue
@@ -422,6 +432,7 @@ class Evaluator:
             if r.ref_request is not None:
                 runs, flags = r.ref_request
                 r.ref_request, t.what = None, "round"
+                r.ref_flags = flags if r.ref_flags is None else r.ref_flags
                 msg = ("round", task, runs, flags)
             else:  # the candidate's claim on the input set the check's seed makes
                 msg = ("check", task, r.check_seed, r.check_claim)
@@ -432,9 +443,31 @@ class Evaluator:
             t.stop(False)
             t.conn.send(msg)
 
+    def _rounds_key(self, r):
+        return r.item["job"]["task_hash"], r.gpu, tuple(sorted((r.ref_flags or {}).items()))
+
+    def _kept_rounds(self, r):
+        """--reference_timing=separate with reference_retime: the reference rounds a timer
+        measured, quiet, for an earlier job of r's task on its device with the same speed flags,
+        within reference_retime seconds, or None. The flags are those of r's first request."""
+        if self.cfg["reference_retime"] <= 0:
+            return None
+        if r.ref_flags is None:
+            r.ref_flags = r.ref_request[1]
+        got = self.timer_rounds.get(self._rounds_key(r))
+        if got and gate.now() - got[1] < self.cfg["reference_retime"] and (r.ref_rounds == [] or r.reference_reused):
+            if not r.reference_reused:
+                self.reference_given += 1
+            return got[0]
+        return None
+
     def _separate_reference(self, r, res):
         """--reference_timing=separate: a timed success's speedup from the rounds the reference
-        timer measured for this job (the median of all it asked for), never from its result."""
+        timer measured for this job (the median of all it asked for), never from its result.
+        With reference_retime a quiet set of rounds is kept for the task's later jobs."""
+        if (self.cfg["reference_retime"] > 0 and r.ref_rounds and not (r.reference_reused or r.ref_loaded
+                                                                          or r.timer_error)):
+            self.timer_rounds[self._rounds_key(r)] = (list(r.ref_rounds), gate.now())
         if r.timer_error:
             return Reject("task_error", "oom" if r.timer_oom else "reference_failed",
                           f"the reference timer failed: {r.timer_error}").result()

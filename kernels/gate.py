@@ -283,6 +283,9 @@ class Running:
         # rounds' times the timer measured (the only reference time its speedup uses)
         self.separate, self.ref_request, self.ref_rounds, self.timer_error = False, None, [], None
         self.timer_oom = False  # the timer ran out of the GPU's memory for it (the job: again, alone)
+        # with reference_retime: the speed flags of its first round, whether a round the timer
+        # measured for it was under load, whether it was given an earlier job's rounds
+        self.ref_flags, self.ref_loaded, self.reference_reused = None, False, False
         self.ref_pending = False  # its round (or its check) is with the timer now
         # the timer's check (checks.timer_check): the seed given, the claim to hand over, the
         # timer's answer (("ok",) | ("reject", status, reason, message))

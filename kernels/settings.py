@@ -75,8 +75,9 @@ EVALUATOR = ("the evaluator (the kernels package)", dict(
                                 "separate: rounds alternate between the candidate's calls and the reference's, timed by "
                                 "a reference timer per device where no candidate code runs, the candidate's process "
                                 "stopped meanwhile; the timer also checks one output against its own reference"),
-    reference_retime=(0.0, "apart: seconds a reference time measured in one job is reused for the task's other "
-                           "candidates on that GPU (or CPU), then measured again (0: each job times its own)"),
+    reference_retime=(0.0, "apart or separate: seconds a reference time measured in one job (apart: its time; "
+                           "separate: the timer's rounds, quiet ones only) is reused for the task's other candidates "
+                           "on that GPU (or CPU), then measured again (0: each job times its own)"),
     time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),
     sandbox=(True, "box candidates (sandbox.py); false only to measure what the box costs"),
 ))
