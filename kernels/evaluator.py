@@ -402,17 +402,17 @@ class Evaluator:
                 t.stop()  # first: its threads may spin on a while
                 r.ref_rounds.append(float(reply[1]))
                 r.ref_loaded |= reply[2] is not None  # such rounds are not kept for other jobs
-                data = struct.pack("<dd", reply[1], -1.0 if reply[2] is None else reply[2])
+                data = struct.pack("<ddd", reply[1], -1.0 if reply[2] is None else reply[2], reply[3])
             elif reply[0] == "oom":  # no memory beside the other jobs on its GPU: the job fails as out of
                 t.stop()  # memory, and is judged again alone (_separate_reference); the timer goes on
                 r.timer_error, r.timer_oom = str(reply[1]), True
-                data = struct.pack("<dd", -1.0, -1.0)
+                data = struct.pack("<ddd", -1.0, -1.0, -1.0)
             else:  # a new timer for the next round
                 t.stop(False)
                 self._dismiss(t.proc, t.conn)
                 del self._timers[g]
                 r.timer_error = str(reply[1])
-                data = struct.pack("<dd", -1.0, -1.0)
+                data = struct.pack("<ddd", -1.0, -1.0, -1.0)
             r.stop(False)
             r.tell(b"C" if t.what == "check" else b"T" + data)
         for r in active:
@@ -422,7 +422,7 @@ class Evaluator:
             if kept:  # --reference_retime: an earlier job's rounds, in turn; the timer is not asked
                 r.reference_reused, r.ref_request = True, None
                 r.ref_rounds.append(kept[len(r.ref_rounds) % len(kept)])
-                r.tell(b"T" + struct.pack("<dd", r.ref_rounds[-1], -1.0))
+                r.tell(b"T" + struct.pack("<ddd", r.ref_rounds[-1], -1.0, 0.0))  # (no call of the timer's to size on)
                 continue
             t = self._timer(r.gpu)
             if t.busy is not None:

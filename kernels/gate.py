@@ -200,16 +200,18 @@ class WorkerGate:
         of a round, `runs` calls timed by the device's reference timer (a process where no
         candidate code has run), this process stopped by the Evaluator meanwhile; flags: the
         speed-only flags the candidate set, which the reference is timed under too ->
-        (median ms, other processes' load or None). The Evaluator keeps the times it hands
-        back here and computes the speedup from them, not from anything this process says."""
+        (median ms, other processes' load or None, one call as the timer saw it in ms: flush,
+        synchronize and new inputs included, what a round is sized on). The Evaluator keeps the
+        times it hands back here and computes the speedup from them, not from anything this
+        process says."""
         self.sync()  # nothing of the candidate's left running on the device
         self.send(("refround", [runs, flags]))
         while self._next() != b"T":
             pass
-        ms, load = struct.unpack("<dd", self._read(16))
+        ms, load, wall = struct.unpack("<ddd", self._read(24))
         if ms <= 0:
             raise RuntimeError("the reference timer failed (the Evaluator says why)")
-        return ms, (None if load < 0 else load)
+        return ms, (None if load < 0 else load), wall
 
     def _read(self, n):
         data = b""

@@ -362,7 +362,7 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
     caller turns them into verdicts. --reference_timing=apart: new None times the reference
     alone (before the candidate loads: -> (ms, None, spread of its rounds)); ref_ms given
     times the candidate alone against that time (the spot checks still run the reference).
-    --reference_timing=separate: remote(runs) -> (ms, disturbed) has the reference timer time
+    --reference_timing=separate: remote(runs) -> (ms, load, a call's wall ms) has the reference timer time
     the reference's part of each round, in a process where no candidate code has run, this
     process stopped meanwhile; a round's two parts in random order."""
     cfg = h.cfg
@@ -417,10 +417,10 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
             # (both parts start with an untimed call: each follows the other's, its cores idle)
             mine = lambda: (watch.refresh(), calls.warm(new, False), [timed(new) for _ in range(runs)])[2]
             before = rng.random() < 0.5
-            ms_r, load_r = remote(runs) if before else (None, None)
+            ms_r, load_r, _ = remote(runs) if before else (None, None, None)
             tn, load = retried(probe, mine, 0 if disturbed else RETRIES)
             if not before:
-                ms_r, load_r = remote(runs)
+                ms_r, load_r, _ = remote(runs)
             disturbed.extend(x for x in (load, load_r) if x is not None)
             rr.append(ms_r)
             rn.append(median(tn))
@@ -465,12 +465,13 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
         est_away = er[0] if remote is not None else 0.0
     else:
         est, n = [median([timed(fn) for _ in range(3)]) for fn in progs], 3
-        est_away = remote(3)[0] if remote is not None else 0.0
+        est_away = remote(3)[2] if remote is not None else 0.0  # (separate: the timer's call, flush and refill included)
         est.append(est_away)
     # one timed pair as the host sees it (flush, synchronize, bookkeeping included): rounds
     # are sized on this, so that a round of tiny kernels lasts round_seconds too
-    # (separate: the candidate's last call as the host saw it, and the reference's at its own
-    # time, not its round trip through the Evaluator, nor a retry's wait for a load to pass)
+    # (separate: the candidate's last call as the host saw it, and the reference's as the timer
+    # saw it, not its round trip through the Evaluator, nor a retry's wait for a load to pass;
+    # sized on the reference's bare time, a GELU round on the CPU VM ran to nearly twice its length)
     pair_ms = max(sum(est), (h.clock() - t0) * 1e3 / n if remote is None else calls.wall * 1e3 + est_away)
 
     fit = cfg["round_seconds"] * 1e3 / max(1e-3, pair_ms)  # pairs that fit one round
