@@ -420,6 +420,7 @@ class Evaluator:
                 continue
             kept = self._kept_rounds(r) if r.ref_request is not None else None
             if kept:  # --reference_retime: an earlier job's rounds, in turn; the timer is not asked
+                self.reference_given += not r.reference_reused
                 r.reference_reused, r.ref_request = True, None
                 r.ref_rounds.append(kept[len(r.ref_rounds) % len(kept)])
                 r.tell(b"T" + struct.pack("<ddd", r.ref_rounds[-1], -1.0, 0.0))  # (no call of the timer's to size on)
@@ -432,7 +433,6 @@ class Evaluator:
             if r.ref_request is not None:
                 runs, flags = r.ref_request
                 r.ref_request, t.what = None, "round"
-                r.ref_flags = flags if r.ref_flags is None else r.ref_flags
                 msg = ("round", task, runs, flags)
             else:  # the candidate's claim on the input set the check's seed makes
                 msg = ("check", task, r.check_seed, r.check_claim)
@@ -452,12 +452,8 @@ class Evaluator:
         within reference_retime seconds, or None. The flags are those of r's first request."""
         if self.cfg["reference_retime"] <= 0:
             return None
-        if r.ref_flags is None:
-            r.ref_flags = r.ref_request[1]
         got = self.timer_rounds.get(self._rounds_key(r))
         if got and gate.now() - got[1] < self.cfg["reference_retime"] and (r.ref_rounds == [] or r.reference_reused):
-            if not r.reference_reused:
-                self.reference_given += 1
             return got[0]
         return None
 

@@ -285,8 +285,9 @@ class Running:
         # rounds' times the timer measured (the only reference time its speedup uses)
         self.separate, self.ref_request, self.ref_rounds, self.timer_error = False, None, [], None
         self.timer_oom = False  # the timer ran out of the GPU's memory for it (the job: again, alone)
-        # with reference_retime: the speed flags of its first round, whether a round the timer
-        # measured for it was under load, whether it was given an earlier job's rounds
+        # with reference_retime: the speed flags of its first round (the key its rounds are kept
+        # under), whether a round the timer measured for it was under load, whether it was
+        # given an earlier job's rounds
         self.ref_flags, self.ref_loaded, self.reference_reused = None, False, False
         self.ref_pending = False  # its round (or its check) is with the timer now
         # the timer's check (checks.timer_check): the seed given, the claim to hand over, the
@@ -360,6 +361,7 @@ class Running:
                             and all(type(v) in (bool, int, float, str) and len(str(v)) <= 64 for v in a[1].values())):
                         raise verdicts.ProtocolError("a reference round the harness did not ask for")
                     self.ref_request = (a[0], a[1])
+                    self.ref_flags = a[1] if self.ref_flags is None else self.ref_flags
                 elif msg == ("checkseed",):
                     # once a job, while it holds the device and after the rounds it was timed in
                     if not (self.separate and self.state == "hold" and self.check_seed is None
