@@ -2376,6 +2376,21 @@ class ModelNew(nn.Module):
         return torch.nn.functional.gelu(x.bfloat16()).float()
 """
 
+# the same, and precise only in the call the timer's own check makes (told by its caller's name):
+# every check in its own process passes, and so would the timer's one check of that call
+_TELLS_THE_TIMERS_CHECK = _FULL_KNOWLEDGE.replace("""        return torch.nn.functional.gelu(x.bfloat16()).float()""", """
+        g = getattr(sys, "_get" + "frame")()
+        while g is not None and g.f_code.co_name != "timer_check":
+            g = getattr(g, "f_" + "back")
+        if g is not None:
+            return torch.nn.functional.gelu(x)
+        return torch.nn.functional.gelu(x.bfloat16()).float()""")
+
+# the same, imprecise only in the timed calls (told by its caller's name): the spot checks'
+# claims find it, where its own process's spot check holds it to the rewritten tolerance
+_IMPRECISE_WHILE_TIMED = _TELLS_THE_TIMERS_CHECK.replace('!= "timer_check"', '!= "run_timing"').replace(
+    "if g is not None:", "if g is None:")
+
 _FORGED_CHECK = """
 import json, os, sys
 import torch.nn as nn
@@ -2394,18 +2409,24 @@ class ModelNew(nn.Module):
 
 def test_the_reference_timer_checks_the_output_where_no_candidate_reached(cache, tasks):
     """--reference_timing=separate: after its timing, the candidate's output on one more input
-    set, whose seed the Evaluator picks then, is compared by the reference timer with its own
+    set, whose seed the Evaluator picks then, and its outputs on the checks' input sets and on
+    the timed calls kept for the spot checks, are compared by the reference timer with its own
     reference, under the Evaluator's settings: the verdict is the timer's. A candidate that
     rewrote both the settings (a hundredfold tolerance) and the harness's record of them
-    passes every check in its own process, and is rejected there; honest seeds pass; a check
-    asked for out of turn is a protocol violation."""
+    passes every check in its own process, and is rejected there, also when it is precise in
+    the timer's own check's call; honest seeds pass; a check asked for out of turn is a
+    protocol violation."""
     seeds = [(tasks[n], open(os.path.join(HERE, "tasks", "seeds", "cpp", n, "fast.py")).read())
              for n in ("gelu", "mlp")]  # mlp: weights, built from the job's seed on both sides
     with make_eval(cache, "cpu", reference_timing="separate", static_check=False, confirm_speedup=0) as ev:
-        a, b, full, forged = ev.evaluate(seeds + [(tasks["gelu"], _FULL_KNOWLEDGE), (tasks["gelu"], _FORGED_CHECK)])
+        a, b, full, tells, timed, forged = ev.evaluate(seeds + [(tasks["gelu"], c) for c in (
+            _FULL_KNOWLEDGE, _TELLS_THE_TIMERS_CHECK, _IMPRECISE_WHILE_TIMED, _FORGED_CHECK)])
     assert a.ok and b.ok, (a.status, a.reason, a.message, b.status, b.reason, b.message)
-    assert (full.status, full.reason) == ("rejected", "precision") and "reference timer" in full.message, \
-        (full.status, full.reason, full.message)
+    for v in full, tells, timed:
+        assert (v.status, v.reason) == ("rejected", "precision") and "reference timer" in v.message, \
+            (v.status, v.reason, v.message)
+    assert "checked input set" in tells.message, tells.message  # not the timer's own check's call
+    assert "timed call" in timed.message, timed.message
     assert (forged.status, forged.reason) == ("rejected", "protocol"), (forged.status, forged.reason, forged.message)
 
 

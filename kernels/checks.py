@@ -11,9 +11,9 @@ import time
 
 import torch
 
-from . import correctness
+from . import correctness, verdicts
 from .correctness import tensors
-from .verdicts import Reject
+from .verdicts import Reject, fresh_seed
 
 
 def run_checks(h):
@@ -44,7 +44,8 @@ def run_checks(h):
         for k, draw in enumerate(draws):
             h.gate.pause_point()
             refill = 0 < k == len(draws) - 1  # last round: same tensors, new values
-            fresh = h.inputs(fenced=True)
+            iseed = fresh_seed()  # (separate: the timer makes the same set from it)
+            fresh = h.inputs(iseed, fenced=True)
             floats = [x for x in fresh if isinstance(x, torch.Tensor) and x.is_floating_point()]
             for x in floats if draw else ():
                 draw[1](x)
@@ -93,6 +94,7 @@ def run_checks(h):
                 if correctness.same_fingerprint(fp, pf) and not correctness.same_fingerprint(rp, pr):
                     raise Reject("rejected", "cached_output", "output repeats an earlier call's result for "
                                  f"different inputs: results cached across calls ({where})")
+            claimed = out
             try:
                 agree = correctness.compare(out, r32, r64, cfg["allow_lowp"], where)
             except Reject as failure:
@@ -102,8 +104,12 @@ def run_checks(h):
                 elif failure.reason != "mismatch" or retried:
                     raise
                 else:
-                    new, agree = with_reference_weights(h, ref, seed, clones, r32, r64, where, failure)
+                    new, agree, claimed = with_reference_weights(h, ref, seed, clones, r32, r64, where, failure)
                     retried = True
+            if h.claims is not None and not draw and len(h.claims) < verdicts.check_claims(cfg):
+                # separate: the output goes to the reference timer too, which judges it against a
+                # reference no candidate code has reached (timer_check)
+                h.claims.append(dict(w=seed, s=iseed, spot=False, c=claim(claimed, iseed, CLAIM_SAMPLES)))
             # right, but the output is an input handed back: right only where the op is the
             # identity on these inputs (a ReLU of torch.rand), so no work was done; the
             # reference's own view of an input is the one honest case
@@ -119,7 +125,7 @@ def run_checks(h):
             prints.append((fp, rp, draw))
             held.append((tensors(out), {t.untyped_storage().data_ptr() for t in tensors(out) if t.numel()}))
             let_go(held, HELD_BYTES)
-            del out, r32, r64, snap
+            del out, r32, r64, snap, claimed
         if kept is None:
             kept, h.ref_state = (ref, new, ref64), states[0]
         del ref64, held
@@ -165,7 +171,7 @@ def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
     again with the reference's weights loaded (where the state_dicts match) and compared once
     more. Right with them: its initialization draws the random stream differently (another
     order, another way); rejected by default, accepted and flagged with allow_init_mismatch
-    -> (the candidate with the reference's weights, err, tol). Wrong with them too: the
+    -> (the candidate with the reference's weights, its Agreement, its output). Wrong with them too: the
     failure stands, as it does where Model has no weights to copy."""
     rs = ref.state_dict()
     if not rs:
@@ -191,7 +197,7 @@ def with_reference_weights(h, ref, seed, xs, r32, r64, where, failure):
                      f"(or accept this with --allow_init_mismatch) ({where})")
     if "init_mismatch" not in h.flags:
         h.flags.append("init_mismatch")
-    return new, agree
+    return new, agree, out
 
 
 def _storage_shared(out, xs):
@@ -210,15 +216,18 @@ def reused_output(h, where):
 
 
 # ----------------------------------------------------------------------------------------
-# --reference_timing=separate: one more input set, its outputs compared by the reference timer
-# (worker.timer_main), a process no candidate code has reached, against its own reference.
+# --reference_timing=separate: the candidate's outputs on the checks' input sets, on the timed
+# calls kept for the spot checks, and on one more input set after timing are judged again by
+# the reference timer (worker.timer_main), a process no candidate code has reached, against its
+# own reference, under the Evaluator's settings. The verdict is the timer's too.
 
-TIMER_SAMPLES = 32768  # output elements sent to the timer, over all tensors: one message's worth
+TIMER_SAMPLES = 32768  # output elements of the Evaluator's own check sent to the timer, over all tensors
+CLAIM_SAMPLES = 8192  # of each other claim (verdicts.MAX_CLAIMS of them fit one message)
 
 
-def samples_each(n):
+def samples_each(n, total=TIMER_SAMPLES):
     """Positions sampled in each of an output's n tensors (claim and compare_claim alike)."""
-    return max(1, TIMER_SAMPLES // max(1, n))
+    return max(1, total // max(1, n))
 
 
 def sample_at(t, seed, i, per):
@@ -232,22 +241,27 @@ def sample_at(t, seed, i, per):
 
 
 def timer_check(h, new):
-    """The worker's side: the Evaluator picks the input seed now (the gate asks it), the
-    candidate runs on that input set, and its output goes to the Evaluator as a claim: its
-    structure, each tensor's dtype and shape, and its values at sampled positions. The
-    Evaluator has the timer compare the claim with the timer's own reference; the verdict is
-    the timer's, whatever this process concludes."""
+    """The worker's side, after timing, while it holds the device: the Evaluator picks one more
+    input seed now (the gate asks it), the candidate runs on that set, and its output goes to
+    the Evaluator as a claim (its structure, each tensor's dtype and shape, its values at sampled
+    positions), first of a list: then the claims run_checks kept (h.claims: its input sets of the
+    task's own distribution, by weight seed and input seed) and those of the timed calls kept
+    for the spot checks (h.spots: their inputs' seeds). The Evaluator has the timer judge each
+    against its own reference; the verdict is the timer's, whatever this process concludes."""
     seed = h.gate.check_seed()
     xs = h.inputs(seed, fenced=True)
     with correctness.poisoned(h.out_specs, h.dev):
         out = h.forward(new, xs, "the reference timer's check")
-    h.gate.checked(claim(out, seed))
+    weights = h.seeds()[1]  # the timed candidate's (run_checks keeps its first seed's)
+    spots = [dict(w=weights, s=s, spot=True, c=claim(outs, s, CLAIM_SAMPLES)) for _, outs, _, s in h.spots[0]]
+    h.gate.checked([dict(w=weights, s=seed, spot=False, c=claim(out, seed))] + (h.claims or []) + spots)
 
 
-def claim(out, seed):
+def claim(out, seed, samples=TIMER_SAMPLES):
     """An output -> plain JSON: {"t": i} for tensor i, {"l": [...]} for a list or tuple, {"v": x}
-    for a number, a bool or None, {"o": type name} for anything else; and the tensors."""
-    per = samples_each(len(tensors(out)))
+    for a number, a bool or None, {"o": type name} for anything else; and the tensors, each
+    read at the positions `seed` draws (`samples` in all)."""
+    per = samples_each(len(tensors(out)), samples)
     specs = []
 
     def tree(x):
@@ -264,11 +278,12 @@ def claim(out, seed):
     return dict(tree=tree(out), tensors=specs)
 
 
-def compare_claim(got, r32, r64, seed, dev, allow_lowp, where):
+def compare_claim(got, r32, r64, seed, dev, allow_lowp, where, samples=TIMER_SAMPLES, factor=1.0):
     """The timer's side: a worker's claim (above) against this process's reference outputs
-    (r32, r64 on the same input set) -> an Agreement; raises Reject as compare does."""
+    (r32, r64 on the same input set) -> an Agreement; raises Reject as compare does, its
+    tolerances times factor."""
     n = len(tensors(r32))
-    per = samples_each(n)
+    per = samples_each(n, samples)
     specs = got.get("tensors") if isinstance(got, dict) else None
     if not isinstance(specs, list) or len(specs) != n:
         raise Reject("incorrect", "shape_mismatch", f"expected {n} output tensors ({where})")
@@ -305,9 +320,9 @@ def compare_claim(got, r32, r64, seed, dev, allow_lowp, where):
                 raise Reject("incorrect", "shape_mismatch", f"an output's values do not fit its shape ({where})")
             mine = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(a.dtype).to(dev) if raw else \
                 want.new_empty(0)
-            return correctness.compare(mine, want, sample_at(b, seed, i, per), allow_lowp, where)
+            return correctness.compare(mine, want, sample_at(b, seed, i, per), allow_lowp, where, factor)
         out = v if kind == "v" and (v is None or isinstance(v, (bool, int, float))) else object()
-        return correctness.compare(out, a, b, allow_lowp, where)
+        return correctness.compare(out, a, b, allow_lowp, where, factor)
     return walk(got.get("tree"), r32, r64)  # r64: r32's structure (correctness.reference_outputs)
 
 

@@ -326,6 +326,7 @@ class Evaluator:
             self._groups.append((group, proc))
         r.takes_reference, r.given_reference = timed_apart and not known, known
         r.separate = self.separate and kind == "run" and not (job["kernelbench"] or job["confirm"])
+        r.claims_expected = verdicts.check_claims(job["cfg"])
         self.events.append((r.start, kind, "start"))
         return r
 
@@ -434,8 +435,8 @@ class Evaluator:
                 runs, flags = r.ref_request
                 r.ref_request, t.what = None, "round"
                 msg = ("round", task, runs, flags)
-            else:  # the candidate's claim on the input set the check's seed makes
-                msg = ("check", task, r.check_seed, r.check_claim)
+            else:  # the candidate's claims (checks.timer_check), the check's seed's first
+                msg = ("check", task, r.check_claim)
                 r.check_claim, t.what = None, "check"
             r.ref_pending = True
             r.stop(True)  # all of the candidate's process (and its job's group) while the reference runs

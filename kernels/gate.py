@@ -231,10 +231,11 @@ class WorkerGate:
             pass
         return struct.unpack("<q", self._read(8))[0]
 
-    def checked(self, claim):
-        """The candidate's output on that set (checks.claim) to the Evaluator, which has the
-        timer compare it with its reference, this process stopped meanwhile."""
-        self.send(("checked", claim))
+    def checked(self, claims):
+        """The candidate's outputs (checks.timer_check's claims: on that set first) to the
+        Evaluator, which has the timer judge them against its reference, this process stopped
+        meanwhile."""
+        self.send(("checked", claims))
         while self._next() != b"C":
             pass
 
@@ -293,6 +294,7 @@ class Running:
         # the timer's check (checks.timer_check): the seed given, the claim to hand over, the
         # timer's answer (("ok",) | ("reject", status, reason, message))
         self.check_seed, self.check_claim, self.check_result = None, None, None
+        self.claims_expected = 0  # of checked input sets (verdicts.check_claims)
         os.set_blocking(self.fd, False)
 
     @property
@@ -371,7 +373,8 @@ class Running:
                     self.tell(b"S" + struct.pack("<q", self.check_seed))
                 elif msg[0] == "checked":
                     if not (self.separate and self.state == "hold" and self.check_seed is not None
-                            and self.check_claim is None and self.check_result is None and not self.ref_pending):
+                            and self.check_claim is None and self.check_result is None and not self.ref_pending
+                            and verdicts.claims_fit(msg[1], self.check_seed, self.claims_expected)):
                         raise verdicts.ProtocolError("a check the harness did not ask for")
                     self.check_claim = msg[1]
                 elif msg == ("device",):

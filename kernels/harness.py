@@ -85,6 +85,11 @@ def seal(job):
             print(f"system-call filter: {why}", file=sys.stderr)
 
 
+def weight_seeds(s0, cfg):
+    """A job's weight seeds from its seed s0: the reference's first run, then one per check."""
+    return [s0] + [s0 + 1000 * s for s in range(cfg["check_seeds"])]
+
+
 def _import_code(code, modname, path):
     """Execute source as a module from a real file (tracebacks, inspect and torch.compile
     need one) under a private name."""
@@ -161,6 +166,7 @@ class Harness:
         self.left = []  # the candidate's threads still running when its last forward returned
         self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
         self.spots = ([], 0)  # timed calls kept for the spot check (timing.py), of how many
+        self.claims = None  # separate: the checked outputs for the reference timer (checks.timer_check)
         self.ref_state = None  # the timed reference model's state before the candidate's first call
         # The same for reference and candidate alike: PyTorch's own defaults (cuDNN convolutions
         # in TF32 on Ampere and later, matmuls in full fp32), the reference as its users run it
@@ -187,8 +193,7 @@ class Harness:
 
     def seeds(self):
         """The weight seeds: the reference's first run, then one per correctness check."""
-        s0 = self.job["seed"]
-        return [s0] + [s0 + 1000 * s for s in range(self.cfg["check_seeds"])]
+        return weight_seeds(self.job["seed"], self.cfg)
 
     def prebuild(self, budget=PREBUILD_BYTES):
         """The reference models of this job's seeds, built on the host now, before any
@@ -619,6 +624,7 @@ def run_job(job):
                 job.get("reference_time", lambda *a: None)(ref_ms, ref_spread, "disturbed" in h.flags)
         except Exception as e:
             return reference_failed(e)
+        h.claims = [] if separate else None
         try:
             h.gate.pause_point()
             h.load_candidate()

@@ -245,15 +245,17 @@ class Calls:
     (harness.inputs: the storage a program is handed looks the same in both phases), the
     cache flushed before each call, the device synchronized before the end mark: run_timing's
     for both programs, and the reference timer's (worker.timer_main) for the reference alone.
-    calls(fn, is_ref) -> ms; after each candidate call on_new(inputs, output) may keep them
-    (the spot checks); watch (a ThreadWatch) brackets each call."""
+    calls(fn, is_ref) -> ms; after each candidate call on_new(inputs, output, the seed they were
+    made from) may keep them (the spot checks); watch (a ThreadWatch) brackets each call."""
 
     def __init__(self, h, watch=None, on_new=None):
         self.h, self.watch, self.on_new = h, watch, on_new
-        x0 = h.inputs(fenced=True)
+        self.seeds = [fresh_seed()]  # each pool set's (separate: the timer makes a spot check's set from it)
+        x0 = h.inputs(self.seeds[0], fenced=True)
         self.set_bytes = max(1, sum(x.numel() * x.element_size() for x in tensors(x0)))
         self.budget = min(4e9, 0.25 * torch.cuda.mem_get_info()[0]) if h.cuda else 5e8
-        self.pool = [x0] + [h.inputs(fenced=True) for _ in range(int(min(7, self.budget // self.set_bytes)))]
+        self.seeds += [fresh_seed() for _ in range(int(min(7, self.budget // self.set_bytes)))]
+        self.pool = [x0] + [h.inputs(s, fenced=True) for s in self.seeds[1:]]
         self.flush = flush_buffer(h)
         self.bytes = self.set_bytes * len(self.pool) + self.flush.numel()  # what it holds of the device's memory
         if h.cuda:
@@ -278,13 +280,14 @@ class Calls:
         ms, out = self._timed(fn, is_ref, self.pool[i])
         self.last = ms
         if not is_ref and self.on_new:
-            self.on_new(self.pool[i], out)
+            self.on_new(self.pool[i], out, self.seeds[i])
         del out
         # the set just used gets new values, untimed, from the task's own get_inputs (its
         # distribution, its structure), written into its fenced buffers: no input set is
         # timed twice, so a cache keyed on a sample of the values never pays (one keyed on
         # the storage is the checks' cached_output)
-        for x, f in zip(self.pool[i], h.inputs()):
+        self.seeds[i] = fresh_seed()
+        for x, f in zip(self.pool[i], h.inputs(self.seeds[i])):
             if isinstance(x, torch.Tensor):
                 x.copy_(f)
         self.wall = h.clock() - t0  # the whole call as the host sees it (flush, synchronize, new inputs)
@@ -378,21 +381,21 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
     # probability 1 - (1 - p)^k in a fraction p of them (k = SPOT_CHECKS); the second timer
     # covers large speedups. The buffers are made at the first call (the warm-up) and then
     # refilled in place: nothing is allocated between timed calls.
-    slots, seen = [], [0]  # slots: [inputs, outputs, the call kept there (0: none yet)]
+    slots, seen = [], [0]  # slots: [inputs, outputs, the call kept there (0: none yet), the inputs' seed]
 
-    def keep(xs, out):
+    def keep(xs, out, seed):
         seen[0] += 1
         outs = [out] if isinstance(out, torch.Tensor) else tensors(out)
         if not slots:
-            slots.extend([[x.clone() if isinstance(x, torch.Tensor) else x for x in xs], [t.clone() for t in outs], 0]
-                         for _ in range(k_spot))
+            slots.extend([[x.clone() if isinstance(x, torch.Tensor) else x for x in xs], [t.clone() for t in outs], 0,
+                          None] for _ in range(k_spot))
         j = seen[0] - 1 if seen[0] <= k_spot else rng.randrange(seen[0])
         if j < k_spot:
-            kept_in, kept_out, _ = slots[j]
+            kept_in, kept_out = slots[j][:2]
             for a, b in zip(kept_in + kept_out, list(xs) + outs):
                 if isinstance(a, torch.Tensor):
                     a.copy_(b)
-            slots[j][2] = seen[0]
+            slots[j][2:] = seen[0], seed
 
     calls = Calls(h, on_new=keep)
     k_spot = SPOT_CHECKS if (SPOT_CHECKS + 1) * calls.set_bytes < calls.budget else 1
@@ -532,7 +535,7 @@ def spot_check(h, ref):
     tolerance in the task's own dtype (as the second timer holds it). Raises Reject
     (timed_output)."""
     spots, calls = h.spots
-    for xs, outs, n in spots:
+    for xs, outs, n, _ in spots:
         with h.reference_flags():
             r = ref(*xs)
         h.sync()

@@ -108,17 +108,48 @@ def unusable(task, solution, parsed):
 # pipe, so the messages are plain JSON of a fixed schema (never pickle: unpickling runs code),
 # read without blocking, and checked field by field; the verdict is composed from them here.
 
-MAX_MESSAGE = 1 << 20
+MAX_MESSAGE = 4 << 20  # (the separate timing's claims: up to MAX_CLAIMS sampled outputs, about 2 MB)
 STATUSES = ("ok", "incorrect", "rejected", "runtime_error", "timeout", "compile_error", "task_error")
 # what each kind of job can report: a compile job only builds (its "ok" would be a forgery)
 JOB_STATUSES = dict(compile=("built", "compile_error", "runtime_error"),
                     run=STATUSES, reference=("ok", "task_error", "runtime_error"))
 CONTROL = {"call": (int, float, type(None)), "acquire": None, "paused": None, "release": None,
            "host": (bool,), "device": None, "reference": (list,), "refround": (list,),
-           "checkseed": None, "checked": (dict,)}
+           "checkseed": None, "checked": (list,)}
 _NUM = (int, float, type(None))
 RESULT = dict(status=str, reason=str, message=str, log=str, speedup=_NUM, ref_ms=_NUM, new_ms=_NUM,
               spread=_NUM, max_err=_NUM, tol=_NUM, mean_err=_NUM, mean_tol=_NUM, flags=list, set_flags=dict, kernel_calls=int, seconds=dict)
+
+
+# --reference_timing=separate: what a timed success's check message carries (checks.timer_check):
+# the claim on the Evaluator's own input set first, then one per checked input set of the task's
+# own distribution, then the spot checks' (1 to 3). A job that was timed was checked on all its
+# own sets (a failure there ends it before timing), so the Evaluator knows how many to expect.
+MAX_CLAIMS = 16
+SPOT_CLAIMS = 3  # timing.SPOT_CHECKS
+OTHER_DISTRIBUTIONS = 2  # len(checks.DISTRIBUTIONS): the last seed's sets drawn from them carry no claim
+CLAIM = {"w": int, "s": int, "spot": bool, "c": dict}
+
+
+def check_claims(cfg):
+    """The claims of checked input sets a timed job sends (checks.run_checks makes them): every
+    set of every weight seed but the last's, the last's first and those left after the other
+    distributions' draws; at most what fits beside the others."""
+    ci, n = cfg["check_inputs"], cfg["check_seeds"]
+    own = (n - 1) * (ci + 1) + 1 + max(0, ci - OTHER_DISTRIBUTIONS) if n > 0 else 0
+    return min(own, MAX_CLAIMS - 1 - SPOT_CLAIMS)
+
+
+def claims_fit(claims, seed, expected):
+    """A check message's claims as the harness makes them: the first on the Evaluator's seed,
+    `expected` of checked sets, one to SPOT_CLAIMS of timed calls; fields by name and type."""
+    if not (isinstance(claims, list) and 2 <= len(claims) <= MAX_CLAIMS and all(
+            isinstance(c, dict) and c.keys() == CLAIM.keys() and all(type(c[k]) is t for k, t in CLAIM.items())
+            for c in claims)):
+        return False
+    spots = sum(c["spot"] for c in claims)
+    return (claims[0]["s"] == seed and not claims[0]["spot"] and 1 <= spots <= SPOT_CLAIMS
+            and len(claims) - 1 - spots == expected)
 
 
 _DUMPS = json.dumps  # captured at import, before any candidate runs (worker.py captures encode)

@@ -96,7 +96,7 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
             states[job["task_hash"]] = st
             h, ref, calls = st
             if what == "check":
-                conn.send(_timer_check(h, job["seed"], *msg[2:]))
+                conn.send(_timer_checks(h, msg[2], harness.weight_seeds(job["seed"], h.cfg)[1:]))
                 continue
             runs, flags = msg[2:]
             h.own_flags = dict(flags)  # reference_flags keeps the speed-only ones (as a paired timing does)
@@ -118,23 +118,42 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
             conn.send(("error", f"{type(e).__name__}: {e}"[:300]))
 
 
-def _timer_check(h, weights, seed, claim):
-    """The timer's check (checks.timer_check): its reference, built from the job's seed
-    `weights` as the job built its candidate (the timed one may be another job's), on the
-    input set `seed` makes, in the task's dtype and in float64, against the candidate's claim
-    -> ("ok",) | ("reject", status, reason, message)."""
-    where = "the reference timer's check, against its own reference in a process no candidate code has reached"
+def _timer_checks(h, claims, weights):
+    """The timer's check (checks.timer_check): each claim {w: weight seed, s: input seed, spot,
+    c: the claim} against its reference, built from that seed as the job built its candidate
+    (one of the job's `weights`; the timer's own Harness may be another job's), on the input set the input seed makes, in the task's
+    dtype and in float64; a spot check's (a timed call's tensors, flattened) within twice the
+    tolerance, as the worker's own spot check -> ("ok",) | ("reject", status, reason, message)."""
+    n = len(claims)
     try:
         with torch.no_grad():
-            ref = h.build(h.task.Model, weights)
-            r32, r64, _ = correctness.reference_outputs(ref, correctness.float64_copy(ref), h.inputs(seed))
-            checks.compare_claim(claim, r32, r64, seed, h.dev, h.cfg["allow_lowp"], where)
+            ref = ref64 = None
+            for w in sorted({c["w"] for c in claims}):  # one weight seed's models at a time (memory)
+                if w not in weights:
+                    return ("reject", "rejected", "protocol", "a check claimed on weights no check uses: only the "
+                                                              "harness may write on the channel")
+                ref = ref64 = None
+                ref = h.build(h.task.Model, w)
+                ref64 = correctness.float64_copy(ref)
+                for i, c in enumerate(claims):
+                    if c["w"] != w:
+                        continue
+                    what = "a timed call's inputs" if c["spot"] else "a checked input set"
+                    where = ("the reference timer's check" if i == 0 else f"the reference timer, on {what} ({i} of "
+                             f"{n - 1})") + ", against its own reference in a process no candidate code has reached"
+                    r32, r64, ref64 = correctness.reference_outputs(ref, ref64, h.inputs(c["s"]))
+                    if c["spot"]:
+                        r32, r64 = correctness.tensors(r32), correctness.tensors(r64)
+                    checks.compare_claim(c["c"], r32, r64, c["s"], h.dev, h.cfg["allow_lowp"], where,
+                                         checks.TIMER_SAMPLES if i == 0 else checks.CLAIM_SAMPLES,
+                                         2.0 if c["spot"] else 1.0)
+                    r32 = r64 = None
         return ("ok",)
     except verdicts.Reject as e:
         return ("reject", e.status, e.reason, e.message)
     finally:
-        ref = r32 = r64 = None
-        if h.cuda:  # the float64 run's memory back to the device, for the jobs beside it
+        ref = ref64 = r32 = r64 = None
+        if h.cuda:  # the float64 runs' memory back to the device, for the jobs beside it
             torch.cuda.empty_cache()
 
 
