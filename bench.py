@@ -143,7 +143,7 @@ def throughput(cfg, pairs):
                            check_med=pct(sec("check"), 0.5), time_med=pct(sec("time"), 0.5),
                            wait_med=pct(sec("wait"), 0.5),
                            run_med=pct(sec("run"), 0.5), workers=ev.workers, gpu_share=share,
-                           reference_given=ev.reference_given,
+                           reference_given=ev.reference_given, timer_jobs=list(ev.timer_jobs),
                            start_s=start, ready_s=g0 - s0, first_build_s=first("compile", "end"),
                            first_run_s=first("run", "start"), after_start_per_min=60 * len(vs) / (g1 - holds[0]) if holds else None)
     # A build-cache hit inside one process: the cost a worker pays to load a built kernel.
@@ -197,6 +197,13 @@ def throughput(cfg, pairs):
     if cfg["reference_timing"] in ("apart", "separate") and cfg["reference_retime"] > 0:
         print(f"reference timed {cfg['reference_timing']} (--reference_retime " + f"{cfg['reference_retime']:g} s): given to "
               + ", ".join(f"{r['reference_given']} of {r['n']} jobs ({label})" for label, r in rows.items()))
+    for label, r in rows.items():
+        if r["timer_jobs"]:  # --reference_timing=separate: the timer's share of each job's timing phase
+            n, rs, cs = zip(*r["timer_jobs"])
+            print(f"{label}, the reference timer: rounds per timed job median {pct(n, 0.5):.0f}, max {max(n)} (a "
+                  f"sizing round included; {sum(x > cfg['timing_rounds'] + 1 for x in n)} of {len(n)} jobs with extra "
+                  f"rounds), its rounds {pct(rs, 0.5):.2f} s and its check {pct(cs, 0.5):.2f} s a job (medians, "
+                  "request to answer)")
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"

@@ -174,6 +174,9 @@ class Evaluator:
         # jobs on that device and with the same speed flags: (task hash, device, flags) -> (round ms, when)
         self.timer_rounds = {}
         self.reference_given = 0  # jobs timed against a reference time another job's timing measured
+        # separate: per timed job, (the rounds the timer measured for it, seconds they took there from
+        # request to answer, seconds its check took there): where the mode's time goes (bench.py)
+        self.timer_jobs = []
         self._groups = []  # (a job's limits.JobGroup, its worker): removed once it exited and was judged
         self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._clean_stale()
@@ -393,6 +396,7 @@ class Evaluator:
                 reply = ("error", "it died")
             r, t.busy = t.busy, None
             r.ref_pending = False
+            r.timer_s[t.what == "check"] += gate.now() - t.since
             if t.what == "check" and reply[0] in ("ok", "reject"):
                 t.stop()
                 r.check_result = reply
@@ -465,6 +469,8 @@ class Evaluator:
         if (self.cfg["reference_retime"] > 0 and r.ref_rounds and not (r.reference_reused or r.ref_loaded
                                                                           or r.timer_error)):
             self.timer_rounds[self._rounds_key(r)] = (list(r.ref_rounds), gate.now())
+        if r.ref_rounds:
+            self.timer_jobs.append((len(r.ref_rounds), *r.timer_s))
         if r.timer_error:
             return Reject("task_error", "oom" if r.timer_oom else "reference_failed",
                           f"the reference timer failed: {r.timer_error}").result()

@@ -291,6 +291,7 @@ class Running:
         # given an earlier job's rounds
         self.ref_flags, self.ref_loaded, self.reference_reused = None, False, False
         self.ref_pending = False  # its round (or its check) is with the timer now
+        self.timer_s = [0.0, 0.0]  # seconds its rounds, its check took with the timer (request to answer)
         # the timer's check (checks.timer_check): the seed given, the claim to hand over, the
         # timer's answer (("ok",) | ("reject", status, reason, message))
         self.check_seed, self.check_claim, self.check_result = None, None, None
