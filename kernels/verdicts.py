@@ -177,7 +177,7 @@ def decode(buf):
             break
         try:
             msg = json.loads(buf[4:4 + n].decode())
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # (JSON nested past the reader's depth: not a crash)
             raise ProtocolError(f"not JSON: {e}") from None
         out.append(_checked(msg))
         buf = buf[4 + n:]
