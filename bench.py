@@ -200,10 +200,14 @@ def throughput(cfg, pairs):
     for label, r in rows.items():
         if r["timer_jobs"]:  # --reference_timing=separate: the timer's share of each job's timing phase
             n, rs, cs = zip(*r["timer_jobs"])
+            each = [e for e in r["each"].values() if "time_timer" in e]
             print(f"{label}, the reference timer: rounds per timed job median {pct(n, 0.5):.0f}, max {max(n)} (a "
                   f"sizing round included; {sum(x > cfg['timing_rounds'] + 1 for x in n)} of {len(n)} jobs with extra "
                   f"rounds), its rounds {pct(rs, 0.5):.2f} s and its check {pct(cs, 0.5):.2f} s a job (medians, "
-                  "request to answer)")
+                  "request to answer)" + (f"; in the job: waiting for it {pct([e['time_timer'] for e in each], 0.5):.2f}"
+                                          f" s, the check's whole step {pct([e['time_check'] for e in each], 0.5):.2f}"
+                                          f" s, of a timing phase of {pct([e['time'] for e in each], 0.5):.2f} s"
+                                          if each else ""))
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"

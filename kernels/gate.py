@@ -125,6 +125,7 @@ class WorkerGate:
         self.beside = beside
         self.shared = os.sched_getaffinity(0)
         self.paused = 0.0  # seconds spent at pause points
+        self.timer = 0.0  # separate: seconds spent waiting for the reference timer (hand-overs included)
         self.main, self.in_build = threading.get_ident(), False  # only this thread reads the pipe
 
     def _next(self):
@@ -205,10 +206,12 @@ class WorkerGate:
         times it hands back here and computes the speedup from them, not from anything this
         process says."""
         self.sync()  # nothing of the candidate's left running on the device
+        t = time.perf_counter()
         self.send(("refround", [runs, flags]))
         while self._next() != b"T":
             pass
         ms, load, wall = struct.unpack("<ddd", self._read(24))
+        self.timer += time.perf_counter() - t
         if ms <= 0:
             raise RuntimeError("the reference timer failed (the Evaluator says why)")
         return ms, (None if load < 0 else load), wall
@@ -235,9 +238,11 @@ class WorkerGate:
         """The candidate's outputs (checks.timer_check's claims: on that set first) to the
         Evaluator, which has the timer judge them against its reference, this process stopped
         meanwhile."""
+        t = time.perf_counter()
         self.send(("checked", claims))
         while self._next() != b"C":
             pass
+        self.timer += time.perf_counter() - t
 
     def release(self):
         """Timing done: give the GPU back and wait, paused, until the others may run too

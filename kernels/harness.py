@@ -167,6 +167,7 @@ class Harness:
         self.ref_compiled = None  # --baseline=compile: the reference compiled before the candidate loads
         self.spots = ([], 0)  # timed calls kept for the spot check (timing.py), of how many
         self.claims = None  # separate: the checked outputs for the reference timer (checks.timer_check)
+        self.timer_check_s = 0.0  # separate: seconds timer_check took (the timer's part included)
         self.ref_state = None  # the timed reference model's state before the candidate's first call
         # The same for reference and candidate alike: PyTorch's own defaults (cuDNN convolutions
         # in TF32 on Ampere and later, matmuls in full fp32), the reference as its users run it
@@ -648,7 +649,9 @@ def run_job(job):
                         remote = lambda runs: h.gate.reference_round(
                             runs, {k: v for k, v in h.own_flags.items() if k in guards.SPEED_FLAGS})
                         ref_ms, new_ms, spread = timing.run_timing(h, ref, new, remote=remote)
-                        checks.timer_check(h, new)  # its output judged where no candidate reached
+                        tc = h.clock()
+                        checks.timer_check(h, new)  # its outputs judged where no candidate reached
+                        h.timer_check_s = h.clock() - tc
                     else:
                         ref_ms, new_ms, spread = timing.run_timing(h, ref, new)
                 except Reject:
@@ -671,6 +674,8 @@ def run_job(job):
             tr, wr = h.reference_s, h.reference_wait
             res["seconds"] = dict(load=t1 - t0 - p1 - tr, check=t2 - t1 - (p2 - p1) + h.clock() - t4,
                                   time=t3 - t2 - wait + tr - wr, wait=h.gate.paused + wait + wr)
+            if separate:  # of `time`: waiting for the timer (hand-overs included), and the check's whole step
+                res["seconds"].update(time_timer=h.gate.timer, time_check=h.timer_check_s)
         except BaseException as e:  # SystemExit, KeyboardInterrupt raised by candidate code too
             res = failed(h, e)
             # what the job waited for (pauses; apart, the device for its reference), so a fault's
