@@ -208,6 +208,10 @@ def throughput(cfg, pairs):
                                           f" s, the check's whole step {pct([e['time_check'] for e in each], 0.5):.2f}"
                                           f" s, of a timing phase of {pct([e['time'] for e in each], 0.5):.2f} s"
                                           if each else ""))
+            if each:  # what a hand-over costs: the jobs' waits for the timer less its own work, per round trip
+                extra = sum(e["time_timer"] for e in each) - sum(rs) - sum(cs)
+                print(f"{label}, hand-overs: {1e3 * extra / (sum(n) + len(n)):.1f} ms a round trip to the timer "
+                      f"({sum(n) + len(n)} round trips)")
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"
