@@ -1088,6 +1088,30 @@ def test_gpu_gate_never_times_beside_the_hosts_own_work(tmp_path):
     assert len([t for t in logs[2]["seen"] if a < t < b]) > 100  # checks beside the host's work
 
 
+def test_a_check_message_carries_the_claims_the_settings_make():
+    """--reference_timing=separate: the Evaluator takes a check message only as the harness
+    makes it (verdicts.claims_fit): the claim on its own seed first, one per checked input set
+    of the task's own distribution (a number the settings decide), one to three of timed
+    calls, fields by name and type; a candidate writing on the channel cannot leave a checked
+    set out of the timer's judgement."""
+    cfg = dict(check_seeds=2, check_inputs=2)
+    n = verdicts.check_claims(cfg)
+    assert n == 4  # 3 sets of the first seed, 1 of the last (its others drawn from other distributions)
+    assert verdicts.check_claims(dict(check_seeds=2, check_inputs=4)) == 5 + 1 + 2
+    assert verdicts.check_claims(dict(check_seeds=3, check_inputs=4)) == 12  # 13, capped: one message's worth
+    claim = lambda s, spot=False: dict(w=7, s=s, spot=spot, c={})
+    good = [claim(42)] + [claim(i) for i in range(n)] + [claim(9, True), claim(10, True)]
+    assert verdicts.claims_fit(good, 42, n)
+    for bad in (good[:1] + good[2:],                       # a checked set left out
+                [claim(41)] + good[1:],                    # not the Evaluator's seed first
+                good[:1 + n],                              # no timed call
+                good + [claim(11, True)] * 2,              # more timed calls than are kept
+                [dict(good[0], w=True)] + good[1:],        # a bool for an int
+                [dict(good[0], extra=1)] + good[1:],       # a field the harness does not send
+                {"claims": good}, good * 2):
+        assert not verdicts.claims_fit(bad, 42, n), bad
+
+
 def test_a_frame_left_unfinished_ends_its_job_soon(monkeypatch):
     """A frame header promising bytes that never come (hacks/trust_torn_frame.py, written at
     import) would swallow the harness's later messages, its "paused" among them: every timing
