@@ -403,6 +403,7 @@ class Evaluator:
                 r.stop(False)
                 r.tell(b"C")
                 continue
+            data = struct.pack("<ddd", -1.0, -1.0, -1.0)  # a failure (the harness raises on it)
             if reply[0] == "ok":  # a round's (a check's failure is "error": the job's timing fails with it)
                 t.stop()  # first: its threads may spin on a while
                 r.ref_rounds.append(float(reply[1]))
@@ -411,13 +412,11 @@ class Evaluator:
             elif reply[0] == "oom":  # no memory beside the other jobs on its GPU: the job fails as out of
                 t.stop()  # memory, and is judged again alone (_separate_reference); the timer goes on
                 r.timer_error, r.timer_oom = str(reply[1]), True
-                data = struct.pack("<ddd", -1.0, -1.0, -1.0)
             else:  # a new timer for the next round
                 t.stop(False)
                 self._dismiss(t.proc, t.conn)
                 del self._timers[g]
                 r.timer_error = str(reply[1])
-                data = struct.pack("<ddd", -1.0, -1.0, -1.0)
             r.stop(False)
             r.tell(b"C" if t.what == "check" else b"T" + data)
         for r in active:
