@@ -1110,6 +1110,13 @@ def test_a_check_message_carries_the_claims_the_settings_make():
                 [dict(good[0], extra=1)] + good[1:],       # a field the harness does not send
                 {"claims": good}, good * 2):
         assert not verdicts.claims_fit(bad, 42, n), bad
+    # a claim nested 300 deep reads as JSON but cannot be pickled to the timer (RecursionError in
+    # the Evaluator's loop, the whole evaluation ended): the frame is refused as it is read
+    deep = ('["checked", [{"w": 7, "s": 42, "spot": false, "c": ' + '{"l":[' * 300 + '{}' + ']}' * 300 + '}]]').encode()
+    with pytest.raises(verdicts.ProtocolError, match="nested"):
+        verdicts.decode(len(deep).to_bytes(4, "big") + deep)
+    ok = verdicts.encode(["checked", good])
+    assert verdicts.decode(ok) == ([("checked", good)], b"")
 
 
 def test_a_frame_left_unfinished_ends_its_job_soon(monkeypatch):

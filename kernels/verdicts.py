@@ -184,7 +184,27 @@ def decode(buf):
     return out, buf
 
 
+MAX_DEPTH = 64  # lists and objects within each other in one message (the harness's reach 10 or so)
+
+
+def _depth(x):
+    """How deep lists and dicts nest in x, counted without recursion (a message nested a few
+    hundred deep reads as JSON, but fails anything recursive after: pickling it to the timer
+    raised RecursionError in the Evaluator's loop, and ended the evaluation)."""
+    if not isinstance(x, (list, dict)):
+        return 0
+    deepest, todo = 0, [(x, 1)]
+    while todo:
+        y, d = todo.pop()
+        deepest = max(deepest, d)
+        if d <= MAX_DEPTH:
+            todo.extend((v, d + 1) for v in (y.values() if isinstance(y, dict) else y) if isinstance(v, (list, dict)))
+    return deepest
+
+
 def _checked(msg):
+    if _depth(msg) > MAX_DEPTH:
+        raise ProtocolError(f"a message nested more than {MAX_DEPTH} deep")
     if isinstance(msg, list) and msg and msg[0] in CONTROL:
         want = CONTROL[msg[0]]
         if (want is None and len(msg) == 1) or (want and len(msg) == 2 and isinstance(msg[1], want)):
