@@ -1108,6 +1108,7 @@ def test_a_check_message_carries_the_claims_the_settings_make():
                 good + [claim(11, True)] * 2,              # more timed calls than are kept
                 [dict(good[0], w=True)] + good[1:],        # a bool for an int
                 [dict(good[0], extra=1)] + good[1:],       # a field the harness does not send
+                good[:1] + [claim(1 << 60)] + good[2:],    # an input seed the harness never draws
                 {"claims": good}, good * 2):
         assert not verdicts.claims_fit(bad, 42, n), bad
     # a claim nested 300 deep reads as JSON but cannot be pickled to the timer (RecursionError in

@@ -147,6 +147,8 @@ def claims_fit(claims, seed, expected):
             isinstance(c, dict) and c.keys() == CLAIM.keys() and all(type(c[k]) is t for k, t in CLAIM.items())
             for c in claims)):
         return False
+    if not all(0 <= c["w"] < 1 << 62 and 0 <= c["s"] < 1 << 48 for c in claims):  # seeds as the harness draws
+        return False  # them (one out of range would fail the timer, and cost it a restart, not the job)
     spots = sum(c["spot"] for c in claims)
     return (claims[0]["s"] == seed and not claims[0]["spot"] and 1 <= spots <= SPOT_CLAIMS
             and len(claims) - 1 - spots == expected)
