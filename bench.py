@@ -276,8 +276,8 @@ def drift(cfg, pairs):
     again every bench_interval seconds for bench_minutes (at least twice), each round in a
     fresh Evaluator (nothing remembered); per round, each task's reference time (ref_ms)
     against its first round's. It says how often a reference timed once would have to be
-    timed again to stay within the run-to-run spread (today it is timed beside every
-    candidate, in the candidate's process)."""
+    timed again to stay within the run-to-run spread: how long --reference_retime may reuse it
+    (by default it is timed beside every candidate)."""
     one = list({t.name: (t, s) for t, s in pairs}.values())
     rounds, t0 = [], time.time()
     while True:
