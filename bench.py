@@ -209,6 +209,7 @@ def throughput(cfg, pairs):
                                           f" s, of a timing phase of {pct([e['time'] for e in each], 0.5):.2f} s"
                                           if each else ""))
             if each:  # what a hand-over costs: the jobs' waits for the timer less its own work, per round trip
+                # (exact where every job succeeds, as the seeds do: a failed one's waits are not in its seconds)
                 extra = sum(e["time_timer"] for e in each) - sum(rs) - sum(cs)
                 print(f"{label}, hand-overs: {1e3 * extra / (sum(n) + len(n)):.1f} ms a round trip to the timer "
                       f"({sum(n) + len(n)} round trips)")
