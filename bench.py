@@ -1,6 +1,7 @@
 """Benchmarks of the evaluator and of the policy. Prints tables; never a test.
 
     python bench.py --what=throughput          # seeds of this language, cold then warm cache
+    python bench.py --what=throughput --bench_copies=4   # each seed 4 times, as Stage 3's samples of a task
     python bench.py --what=stability           # the same candidates in two separate runs
     python bench.py --what=all --device=cuda --solutions=tasks/seeds/cuda
     python bench.py --what=throughput --device=cuda --solutions=release_sample.jsonl  # KernelBench's format
@@ -31,6 +32,7 @@ minutes pass (drift()).
 Results go to out/bench/<what>-<device>.json.
 """
 import collections
+import dataclasses
 import json
 import os
 import shutil
@@ -110,7 +112,13 @@ def seed_pairs(cfg, language):
     KernelBench's load_inline format)."""
     sols = taskset.load_solutions(cfg["solutions"] or os.path.join(taskset.BUILTIN_TASKS, "seeds", language))
     tasks = [] if taskset.brings_own_tasks(cfg["tasks"], sols) else taskset.load_tasks(cfg["tasks"])
-    return taskset.pair_up(tasks, sols, cfg["only"], language).pairs
+    pairs = taskset.pair_up(tasks, sols, cfg["only"], language).pairs
+    # Stage 3 judges G samples of each task, one after another: with --bench_copies each
+    # candidate comes that many times, each copy a new source (built, checked and timed; a
+    # reference time kept by --reference_retime can serve the later copies)
+    k = cfg.get("bench_copies", 1)
+    return [(t, dataclasses.replace(s, code=f"{s.code}\n# copy {i}\n", name=f"{s.name}#{i}") if k > 1 else s)
+            for t, s in pairs for i in range(k)]
 
 
 def pct(xs, q):

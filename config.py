@@ -145,6 +145,8 @@ SETTINGS = {
         bench_prompts=(8, "policy: prompts per step (each sampled crl_samples times)"),
         bench_gen_batches=("", "policy: also sample at these batch sizes (comma list, e.g. 32,128,256), "
                                "each with enough samples per prompt to fill one batch"),
+        bench_copies=(1, "throughput, step's judging rate: each candidate this many times, each a new source, one "
+                         "after another (as Stage 3 judges its crl_samples samples of a task)"),
         fresh_cache=(True, "time cold builds in a new, empty build cache"),
         bench_repeats=(3, "sandbox: runs with the box and without, alternating, of each"),
         bench_minutes=(20.0, "drift: how long to watch the references' times (at least two rounds)"),
@@ -163,7 +165,7 @@ AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_
                 "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",
                 "epochs", "batch_size", "grad_accum", "ckpt_every", "log_every", "st_epochs", "crl_steps",
                 "crl_tasks_per_step", "crl_samples", "crl_micro_batch", "ppo_epochs", "crl_ckpt_every",
-                "dump_every", "bench_prompts", "bench_repeats")
+                "dump_every", "bench_prompts", "bench_repeats", "bench_copies")
 ABOVE_ZERO = ("compile_timeout", "run_timeout", "call_timeout", "call_timeout_factor", "round_seconds",
               "teacher_timeout", "lr", "st_lr", "crl_lr", "bucket_width", "tau", "top_p", "reward_clip")
 
