@@ -171,7 +171,8 @@ class Evaluator:
         self.separate = self.cfg["time_candidates"] and self.cfg["reference_timing"] == "separate"
         self._timers = {}  # device index -> _Timer
         # with reference_retime: the rounds a timer measured for a job, quiet, kept for the task's later
-        # jobs on that device and with the same speed flags: (task hash, device, flags) -> (round ms, when)
+        # jobs on that device and with the same speed flags: (task hash, device, flags) -> (round ms,
+        # when, one call as the timer saw it in ms: what a job given them sizes its rounds on)
         self.timer_rounds = {}
         self.reference_given = 0  # jobs timed against a reference time another job's timing measured
         # separate: per timed job, (the rounds the timer measured for it, seconds they took there from
@@ -407,6 +408,7 @@ class Evaluator:
             if reply[0] == "ok":  # a round's (a check's failure is "error": the job's timing fails with it)
                 t.stop()  # first: its threads may spin on a while
                 r.ref_rounds.append(float(reply[1]))
+                r.ref_call_ms = float(reply[3])
                 r.ref_loaded |= reply[2] is not None  # such rounds are not kept for other jobs
                 data = struct.pack("<ddd", reply[1], -1.0 if reply[2] is None else reply[2], reply[3])
             elif reply[0] == "oom":  # no memory beside the other jobs on its GPU: the job fails as out of
@@ -426,8 +428,10 @@ class Evaluator:
             if kept:  # --reference_retime: an earlier job's rounds, in turn; the timer is not asked
                 self.reference_given += not r.reference_reused
                 r.reference_reused, r.ref_request = True, None
-                r.ref_rounds.append(kept[len(r.ref_rounds) % len(kept)])
-                r.tell(b"T" + struct.pack("<ddd", r.ref_rounds[-1], -1.0, 0.0))  # (no call of the timer's to size on)
+                r.ref_rounds.append(kept[0][len(r.ref_rounds) % len(kept[0])])
+                # with the call as the timer saw it for the job that measured them: sized on the
+                # candidate's call alone, a round would hold twice the candidate's calls it holds paired
+                r.tell(b"T" + struct.pack("<ddd", r.ref_rounds[-1], -1.0, kept[1]))
                 continue
             t = self._timer(r.gpu)
             if t.busy is not None:
@@ -453,12 +457,13 @@ class Evaluator:
     def _kept_rounds(self, r):
         """--reference_timing=separate with reference_retime: the reference rounds a timer
         measured, quiet, for an earlier job of r's task on its device with the same speed flags,
-        within reference_retime seconds, or None. The flags are those of r's first request."""
+        within reference_retime seconds, and its last call as the timer saw it (ms), or None. The
+        flags are those of r's first request."""
         if self.cfg["reference_retime"] <= 0:
             return None
         got = self.timer_rounds.get(self._rounds_key(r))
         if got and gate.now() - got[1] < self.cfg["reference_retime"] and (r.ref_rounds == [] or r.reference_reused):
-            return got[0]
+            return got[0], got[2]
         return None
 
     def _separate_reference(self, r, res):
@@ -467,7 +472,7 @@ class Evaluator:
         With reference_retime a quiet set of rounds is kept for the task's later jobs."""
         if (self.cfg["reference_retime"] > 0 and r.ref_rounds and not (r.reference_reused or r.ref_loaded
                                                                           or r.timer_error)):
-            self.timer_rounds[self._rounds_key(r)] = (list(r.ref_rounds), gate.now())
+            self.timer_rounds[self._rounds_key(r)] = (list(r.ref_rounds), gate.now(), r.ref_call_ms)
         if r.ref_rounds:
             self.timer_jobs.append((len(r.ref_rounds), *r.timer_s))
         if r.timer_error:

@@ -295,6 +295,7 @@ class Running:
         # under), whether a round the timer measured for it was under load, whether it was
         # given an earlier job's rounds
         self.ref_flags, self.ref_loaded, self.reference_reused = None, False, False
+        self.ref_call_ms = 0.0  # the timer's last call for it as the timer saw it (kept with its rounds)
         self.ref_pending = False  # its round (or its check) is with the timer now
         self.timer_s = [0.0, 0.0]  # seconds its rounds, its check took with the timer (request to answer)
         # the timer's check (checks.timer_check): the seed given, the claim to hand over, the

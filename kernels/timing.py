@@ -410,6 +410,7 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
     children = ChildWatch()
     probe = h.load_probe() if h.load_probe else None  # LoadProbe on the CPU
     disturbed = []  # the other processes' load (cores' worth) of each round kept despite it
+    away = [0.0]  # separate: the timer's last reference call as it saw it (ms), what rounds are sized on
 
     def one_round(runs, rr, rn):
         # On the CPU, a round during which other processes used the timing cores is measured
@@ -420,10 +421,10 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
             # (both parts start with an untimed call: each follows the other's, its cores idle)
             mine = lambda: (watch.refresh(), calls.warm(new, False), [timed(new) for _ in range(runs)])[2]
             before = rng.random() < 0.5
-            ms_r, load_r, _ = remote(runs) if before else (None, None, None)
+            ms_r, load_r, away[0] = remote(runs) if before else (None, None, away[0])
             tn, load = retried(probe, mine, 0 if disturbed else RETRIES)
             if not before:
-                ms_r, load_r, _ = remote(runs)
+                ms_r, load_r, away[0] = remote(runs)
             disturbed.extend(x for x in (load, load_r) if x is not None)
             rr.append(ms_r)
             rn.append(median(tn))
@@ -465,7 +466,7 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
         er, en = [], []  # shuffled as in a round of one pair, so that it can count as one (below)
         one_round(1, er, en)
         est, n = [er[0] if time_ref or remote else 0.0, en[0] if time_new else 0.0], 1
-        est_away = er[0] if remote is not None else 0.0
+        est_away = away[0]
     else:
         est, n = [median([timed(fn) for _ in range(3)]) for fn in progs], 3
         est_away = remote(3)[2] if remote is not None else 0.0  # (separate: the timer's call, flush and refill included)
