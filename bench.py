@@ -556,6 +556,9 @@ def step_bench(cfg):
     with kernels.Evaluator(cfg, time_candidates=True, progress=False) as ev:
         judged = ev.evaluate(pairs)
     per_s = len(judged) / (time.time() - t0)
+    for v in judged:  # the seeds are all correct: a failure here is the evaluator's to explain
+        if not v.ok:
+            say(f"{os.path.relpath(v.solution)}: {v.status}/{v.reason}: {v.message[:1000]}")
     P, G = cfg["crl_tasks_per_step"], cfg["crl_samples"]
     say(f"\nstep: {P} tasks x {G} samples x {cfg['max_new_tokens']} new tokens per rank, world {world}; "
         f"judging: {len(judged)} seeds in {len(judged) / per_s:.1f} s ({60 * per_s:.1f} a minute, "
