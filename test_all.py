@@ -1091,18 +1091,25 @@ def test_gpu_gate_never_times_beside_the_hosts_own_work(tmp_path):
 def test_a_check_message_carries_the_claims_the_settings_make():
     """--reference_timing=separate: the Evaluator takes a check message only as the harness
     makes it (verdicts.claims_fit): the claim on its own seed first, one per checked input set
-    of the task's own distribution (a number the settings decide), one to three of timed
-    calls, fields by name and type; a candidate writing on the channel cannot leave a checked
-    set out of the timer's judgement."""
+    of the task's own distribution (a number the settings decide), one per set drawn from
+    another distribution, one to three of timed calls, fields by name and type; a candidate
+    writing on the channel cannot leave a checked set out of the timer's judgement."""
+    from kernels import checks
+    assert verdicts.OTHER_DISTRIBUTIONS == len(checks.DISTRIBUTIONS)  # (verdicts imports no torch)
     cfg = dict(check_seeds=2, check_inputs=2)
     n = verdicts.check_claims(cfg)
     assert n == 4  # 3 sets of the first seed, 1 of the last (its others drawn from other distributions)
     assert verdicts.check_claims(dict(check_seeds=2, check_inputs=4)) == 5 + 1 + 2
-    assert verdicts.check_claims(dict(check_seeds=3, check_inputs=4)) == 12  # 13, capped: one message's worth
-    claim = lambda s, spot=False: dict(w=7, s=s, spot=spot, c={})
-    good = [claim(42)] + [claim(i) for i in range(n)] + [claim(9, True), claim(10, True)]
+    assert verdicts.check_claims(dict(check_seeds=3, check_inputs=4)) == 10  # 13, capped: one message's worth
+    claim = lambda s, spot=False, d=0: dict(w=7, s=s, spot=spot, d=d, c={})
+    good = [claim(42)] + [claim(i) for i in range(n)] + [claim(7, d=1), claim(8, d=2), claim(9, True), claim(10, True)]
     assert verdicts.claims_fit(good, 42, n)
     for bad in (good[:1] + good[2:],                       # a checked set left out
+                good[:1 + n] + good[2 + n:],               # a drawn set left out
+                good[:1 + n] + [claim(7, d=2)] + good[2 + n:],  # one distribution's twice, the other's never
+                good[:1 + n] + [claim(7, d=3)] + good[2 + n:],  # a distribution there is not
+                good[:-1] + [claim(10, True, 1)],          # a timed call claimed as drawn
+                [claim(42, d=1)] + good[1:],               # the Evaluator's set claimed as drawn
                 [claim(41)] + good[1:],                    # not the Evaluator's seed first
                 good[:1 + n],                              # no timed call
                 good + [claim(11, True)] * 2,              # more timed calls than are kept
@@ -2462,6 +2469,32 @@ def test_the_reference_timer_checks_the_output_where_no_candidate_reached(cache,
     assert "checked input set" in tells.message, tells.message  # not the timer's own check's call
     assert "timed call" in timed.message, timed.message
     assert (forged.status, forged.reason) == ("rejected", "protocol"), (forged.status, forged.reason, forged.message)
+
+
+# a ReLU dropped because the task's torch.rand inputs are never negative, with the setting that
+# accepts such a shortcut (flagged) turned on in the harness and in its record of the settings:
+# its own process accepts it
+_SHORTCUT_WITH_KNOWLEDGE = _FULL_KNOWLEDGE.replace('h.cfg["allow_lowp"] = True', 'h.cfg["allow_distribution_shortcut"] = True') \
+    .replace("return torch.nn.functional.gelu(x.bfloat16()).float()", "return x.clone()")
+
+
+def test_the_reference_timer_checks_the_sets_drawn_from_other_distributions(cache, tmp_path):
+    """--reference_timing=separate: the outputs on the sets drawn from other distributions go
+    to the timer too, which makes each set from its seed and the distribution's number. A
+    shortcut right only on the task's own inputs, that turned on the setting accepting it (and
+    the harness's record of it), is rejected there (input_distribution); the honest ReLU, and a
+    reference not finite on those sets (a log), stay ok."""
+    relu, log = tmp_path / "relu_rand.py", tmp_path / "log_rand.py"
+    relu.write_text(_RELU_RAND.format(view=""))
+    log.write_text(_RELU_RAND.replace("torch.relu(x)", "torch.log(x)").format(view=""))
+    t_relu, t_log = taskset.load_tasks(str(relu))[0], taskset.load_tasks(str(log))[0]
+    body = "import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return {}\n"
+    with make_eval(cache, "cpu", reference_timing="separate", static_check=False, confirm_speedup=0) as ev:
+        shortcut, honest, log_ok = ev.evaluate([(t_relu, _SHORTCUT_WITH_KNOWLEDGE), (t_relu, body.format("torch.relu(x)")),
+                                                (t_log, body.format("torch.log(x)"))])
+    assert (shortcut.status, shortcut.reason) == ("rejected", "input_distribution") and "reference timer" in \
+        shortcut.message, (shortcut.status, shortcut.reason, shortcut.message)
+    assert honest.ok and log_ok.ok, (honest.status, honest.reason, honest.message, log_ok.status, log_ok.message)
 
 
 @pytest.mark.slow

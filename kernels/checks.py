@@ -49,6 +49,7 @@ def run_checks(h):
             floats = [x for x in fresh if isinstance(x, torch.Tensor) and x.is_floating_point()]
             for x in floats if draw else ():
                 draw[1](x)
+            d = 1 + list(DISTRIBUTIONS).index(draw[0]) if draw else 0  # its number in a claim (0: the task's own)
             draw = draw[0] if draw and floats else None  # the distribution's name, where it applies
             if refill:  # caches keyed by address, id or shape hit here and replay old results
                 for x, f in zip(xs, fresh):
@@ -75,6 +76,9 @@ def run_checks(h):
             h.integrity("forward")
             h.check_reference(ref, states[0], where)
             h.check_reference(ref64, states[1], where)
+            if h.claims is not None and d:  # separate: the timer makes this set from its seed and the
+                # distribution's number and judges the output there, whatever the reference does here
+                h.claims.append(dict(w=seed, s=iseed, spot=False, d=d, c=claim(out, iseed, CLAIM_SAMPLES)))
             had64 = ref64 is not None
             h.gate.pause_point()
             try:
@@ -106,10 +110,10 @@ def run_checks(h):
                 else:
                     new, agree, claimed = with_reference_weights(h, ref, seed, clones, r32, r64, where, failure)
                     retried = True
-            if h.claims is not None and not draw and len(h.claims) < verdicts.check_claims(cfg):
+            if h.claims is not None and not d and sum(not c["d"] for c in h.claims) < verdicts.check_claims(cfg):
                 # separate: the output goes to the reference timer too, which judges it against a
                 # reference no candidate code has reached (timer_check)
-                h.claims.append(dict(w=seed, s=iseed, spot=False, c=claim(claimed, iseed, CLAIM_SAMPLES)))
+                h.claims.append(dict(w=seed, s=iseed, spot=False, d=0, c=claim(claimed, iseed, CLAIM_SAMPLES)))
             # right, but the output is an input handed back: right only where the op is the
             # identity on these inputs (a ReLU of torch.rand), so no work was done; the
             # reference's own view of an input is the one honest case
@@ -246,15 +250,16 @@ def timer_check(h, new):
     the Evaluator as a claim (its structure, each tensor's dtype and shape, its values at sampled
     positions), first of a list: then the claims run_checks kept (h.claims: its input sets of the
     task's own distribution, by weight seed and input seed) and those of the timed calls kept
-    for the spot checks (h.spots: their inputs' seeds). The Evaluator has the timer judge each
+    for the spot checks (h.spots: their inputs' seeds), and those of the sets drawn from other
+    distributions (by input seed and the distribution's number). The Evaluator has the timer judge each
     against its own reference; the verdict is the timer's, whatever this process concludes."""
     seed = h.gate.check_seed()
     xs = h.inputs(seed, fenced=True)
     with correctness.poisoned(h.out_specs, h.dev):
         out = h.forward(new, xs, "the reference timer's check")
     weights = h.seeds()[1]  # the timed candidate's (run_checks keeps its first seed's)
-    spots = [dict(w=weights, s=s, spot=True, c=claim(outs, s, CLAIM_SAMPLES)) for _, outs, _, s in h.spots[0]]
-    h.gate.checked([dict(w=weights, s=seed, spot=False, c=claim(out, seed))] + (h.claims or []) + spots)
+    spots = [dict(w=weights, s=s, spot=True, d=0, c=claim(outs, s, CLAIM_SAMPLES)) for _, outs, _, s in h.spots[0]]
+    h.gate.checked([dict(w=weights, s=seed, spot=False, d=0, c=claim(out, seed))] + (h.claims or []) + spots)
 
 
 def claim(out, seed, samples=TIMER_SAMPLES):

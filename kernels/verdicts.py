@@ -123,26 +123,28 @@ RESULT = dict(status=str, reason=str, message=str, log=str, speedup=_NUM, ref_ms
 
 # --reference_timing=separate: what a timed success's check message carries (checks.timer_check):
 # the claim on the Evaluator's own input set first, then one per checked input set of the task's
-# own distribution, then the spot checks' (1 to 3). A job that was timed was checked on all its
-# own sets (a failure there ends it before timing), so the Evaluator knows how many to expect.
+# own distribution and one per set drawn from another distribution (d: its number, from 1; 0 for
+# every other claim), then the spot checks' (1 to 3). A job that was timed was checked on all
+# its sets (a failure there ends it before timing), so the Evaluator knows how many to expect.
 MAX_CLAIMS = 16
 SPOT_CLAIMS = 3  # timing.SPOT_CHECKS
-OTHER_DISTRIBUTIONS = 2  # len(checks.DISTRIBUTIONS): the last seed's sets drawn from them carry no claim
-CLAIM = {"w": int, "s": int, "spot": bool, "c": dict}
+OTHER_DISTRIBUTIONS = 2  # len(checks.DISTRIBUTIONS): the last weight seed's sets drawn from them
+CLAIM = {"w": int, "s": int, "spot": bool, "d": int, "c": dict}
 
 
 def check_claims(cfg):
-    """The claims of checked input sets a timed job sends (checks.run_checks makes them): every
-    set of every weight seed but the last's, the last's first and those left after the other
-    distributions' draws; at most what fits beside the others."""
+    """The claims of checked input sets of the task's own distribution a timed job sends
+    (checks.run_checks makes them): every set of every weight seed but the last's, the last's
+    first and those left after the other distributions' draws; at most what fits beside the others."""
     ci, n = cfg["check_inputs"], cfg["check_seeds"]
     own = (n - 1) * (ci + 1) + 1 + max(0, ci - OTHER_DISTRIBUTIONS) if n > 0 else 0
-    return min(own, MAX_CLAIMS - 1 - SPOT_CLAIMS)
+    return min(own, MAX_CLAIMS - 1 - SPOT_CLAIMS - OTHER_DISTRIBUTIONS)
 
 
 def claims_fit(claims, seed, expected):
     """A check message's claims as the harness makes them: the first on the Evaluator's seed,
-    `expected` of checked sets, one to SPOT_CLAIMS of timed calls; fields by name and type."""
+    `expected` of checked sets of the task's own distribution, one of each other distribution's,
+    one to SPOT_CLAIMS of timed calls; fields by name and type."""
     if not (isinstance(claims, list) and 2 <= len(claims) <= MAX_CLAIMS and all(
             isinstance(c, dict) and c.keys() == CLAIM.keys() and all(type(c[k]) is t for k, t in CLAIM.items())
             for c in claims)):
@@ -150,8 +152,11 @@ def claims_fit(claims, seed, expected):
     if not all(0 <= c["w"] < 1 << 62 and 0 <= c["s"] < 1 << 48 for c in claims):  # seeds as the harness draws
         return False  # them (one out of range would fail the timer, and cost it a restart, not the job)
     spots = sum(c["spot"] for c in claims)
-    return (claims[0]["s"] == seed and not claims[0]["spot"] and 1 <= spots <= SPOT_CLAIMS
-            and len(claims) - 1 - spots == expected)
+    draws = sorted(c["d"] for c in claims if c["d"])
+    own = sum(not (c["spot"] or c["d"]) for c in claims[1:])
+    return (claims[0]["s"] == seed and not claims[0]["spot"] and not claims[0]["d"] and 1 <= spots <= SPOT_CLAIMS
+            and not any(c["spot"] and c["d"] for c in claims)
+            and draws == list(range(1, OTHER_DISTRIBUTIONS + 1)) and own == expected)
 
 
 _DUMPS = json.dumps  # captured at import, before any candidate runs (worker.py captures encode)

@@ -120,10 +120,13 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
 
 def _timer_checks(h, claims, weights):
     """The timer's check (checks.timer_check): each claim {w: weight seed, s: input seed, spot,
-    c: the claim} against its reference, built from that seed as the job built its candidate
-    (one of the job's `weights`; the timer's own Harness may be another job's), on the input set the input seed makes, in the task's
-    dtype and in float64; a spot check's (a timed call's tensors, flattened) within twice the
-    tolerance, as the worker's own spot check -> ("ok",) | ("reject", status, reason, message)."""
+    d: another distribution's number or 0, c: the claim} against its reference, built from that
+    seed as the job built its candidate (one of the job's `weights`; the timer's own Harness may
+    be another job's), on the input set the input seed makes (drawn from distribution d, as
+    run_checks does), in the task's dtype and in float64; a spot check's (a timed call's tensors,
+    flattened) within twice the tolerance, as the worker's own spot check; a drawn set's failure
+    is input_distribution, and one where the reference fails or is not finite is no check
+    -> ("ok",) | ("reject", status, reason, message)."""
     n = len(claims)
     try:
         with torch.no_grad():
@@ -138,16 +141,37 @@ def _timer_checks(h, claims, weights):
                 for i, c in enumerate(claims):
                     if c["w"] != w:
                         continue
-                    what = "a timed call's inputs" if c["spot"] else "a checked input set"
+                    xs, drawn = h.inputs(c["s"]), None
+                    if c["d"]:  # the set drawn from another distribution, as run_checks drew it
+                        drawn, fill = list(checks.DISTRIBUTIONS.items())[c["d"] - 1]
+                        floats = [x for x in xs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+                        for x in floats:
+                            fill(x)
+                        drawn = drawn if floats else None
+                    what = ("a timed call's inputs" if c["spot"] else "a checked input set"
+                            + (f" drawn from {drawn}" if drawn else ""))
                     where = ("the reference timer's check" if i == 0 else f"the reference timer, on {what} ({i} of "
                              f"{n - 1})") + ", against its own reference in a process no candidate code has reached"
-                    r32, r64, ref64 = correctness.reference_outputs(ref, ref64, h.inputs(c["s"]))
+                    try:
+                        r32, r64, ref64 = correctness.reference_outputs(ref, ref64, xs)
+                    except Exception as e:
+                        if not drawn or correctness.gpu_out_of_memory(e):
+                            raise
+                        continue  # the reference fails on these values: they say nothing (run_checks alike)
                     if c["spot"]:
                         r32, r64 = correctness.tensors(r32), correctness.tensors(r64)
-                    checks.compare_claim(c["c"], r32, r64, c["s"], h.dev, h.cfg["allow_lowp"], where,
-                                         checks.TIMER_SAMPLES if i == 0 else checks.CLAIM_SAMPLES,
-                                         2.0 if c["spot"] else 1.0)
-                    r32 = r64 = None
+                    if drawn and not all(t.isfinite().all() for t in correctness.tensors(r32) if t.is_floating_point()):
+                        continue  # not finite on them (a log of normal values): nothing to compare
+                    try:
+                        checks.compare_claim(c["c"], r32, r64, c["s"], h.dev, h.cfg["allow_lowp"], where,
+                                             checks.TIMER_SAMPLES if i == 0 else checks.CLAIM_SAMPLES,
+                                             2.0 if c["spot"] else 1.0)
+                    except verdicts.Reject as failure:
+                        if not (drawn and failure.reason in ("mismatch", "nan", "precision")):
+                            raise
+                        if not h.cfg["allow_distribution_shortcut"]:  # (allowed: the job's own check flags it)
+                            checks.distribution_shortcut(h, failure, where)  # raises input_distribution
+                    r32 = r64 = xs = None
         return ("ok",)
     except verdicts.Reject as e:
         return ("reject", e.status, e.reason, e.message)
