@@ -145,8 +145,8 @@ SETTINGS = {
         bench_prompts=(8, "policy: prompts per step (each sampled crl_samples times)"),
         bench_gen_batches=("", "policy: also sample at these batch sizes (comma list, e.g. 32,128,256), "
                                "each with enough samples per prompt to fill one batch"),
-        bench_copies=(1, "throughput, step's judging rate: each candidate this many times, each a new source, one "
-                         "after another (as Stage 3 judges its crl_samples samples of a task)"),
+        bench_copies=(1, "the evaluator's benchmarks (throughput, the step's judging, ...): each candidate this many "
+                         "times, each a new source, one after another (as Stage 3 judges a task's crl_samples samples)"),
         fresh_cache=(True, "time cold builds in a new, empty build cache"),
         bench_repeats=(3, "sandbox: runs with the box and without, alternating, of each"),
         bench_minutes=(20.0, "drift: how long to watch the references' times (at least two rounds)"),
