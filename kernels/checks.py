@@ -38,19 +38,15 @@ def run_checks(h):
         # gigabyte outputs (KernelBench's L1_23) would otherwise run out of memory on them.
         retried = False  # with the reference's weights, after a mismatch
         xs = None
-        draws = [None] * (cfg["check_inputs"] + 1)
+        draws = [0] * (cfg["check_inputs"] + 1)  # each set's distribution by number (0: the task's own)
         if s == len(seeds) - 1:  # one set of the task's own, then one of each other distribution
-            draws = [None] + list(DISTRIBUTIONS.items()) + draws[1 + len(DISTRIBUTIONS):]
-        for k, draw in enumerate(draws):
+            draws = [0] + list(range(1, len(DISTRIBUTIONS) + 1)) + draws[1 + len(DISTRIBUTIONS):]
+        for k, d in enumerate(draws):
             h.gate.pause_point()
             refill = 0 < k == len(draws) - 1  # last round: same tensors, new values
             iseed = fresh_seed()  # (separate: the timer makes the same set from it)
             fresh = h.inputs(iseed, fenced=True)
-            floats = [x for x in fresh if isinstance(x, torch.Tensor) and x.is_floating_point()]
-            for x in floats if draw else ():
-                draw[1](x)
-            d = 1 + list(DISTRIBUTIONS).index(draw[0]) if draw else 0  # its number in a claim (0: the task's own)
-            draw = draw[0] if draw and floats else None  # the distribution's name, where it applies
+            draw = draw_into(fresh, d)  # the distribution's name, where it applies
             if refill:  # caches keyed by address, id or shape hit here and replay old results
                 for x, f in zip(xs, fresh):
                     if isinstance(x, torch.Tensor):
@@ -91,7 +87,7 @@ def run_checks(h):
             h.reference_ran(ref64, states[1])
             if had64 and ref64 is None and h.cuda:  # no float64 kernel: give its memory back
                 torch.cuda.empty_cache()
-            if draw and not all(t.isfinite().all() for t in tensors(r32) if t.is_floating_point()):
+            if draw and not finite(r32):
                 continue  # the reference is not finite on them (a log, a square root): nothing to compare
             fp, rp = correctness.fingerprint(out), correctness.fingerprint(r32)
             for pf, pr, _ in prints:
@@ -102,7 +98,7 @@ def run_checks(h):
             try:
                 agree = correctness.compare(out, r32, r64, cfg["allow_lowp"], where)
             except Reject as failure:
-                if draw and failure.reason in ("mismatch", "nan", "precision"):
+                if draw and failure.reason in SHORTCUT_REASONS:
                     distribution_shortcut(h, failure, where)
                     agree = None
                 elif failure.reason != "mismatch" or retried:
@@ -156,6 +152,27 @@ def let_go(held, limit):
 # (floating inputs only): right only on the task's own distribution (a ReLU dropped because
 # torch.rand is never negative) is a shortcut an RL policy would learn.
 DISTRIBUTIONS = {"normal(0, 1)": lambda x: x.normal_(), "uniform(-1, 1)": lambda x: x.uniform_(-1, 1)}
+
+
+SHORTCUT_REASONS = ("mismatch", "nan", "precision")  # wrong on a drawn set: distribution_shortcut
+
+
+def draw_into(xs, d):
+    """Input set xs redrawn in place from other distribution number d (1, 2, ...; 0: left as
+    it is), its floating tensors only -> the distribution's name, or None where nothing was
+    drawn. The job's checks and the reference timer make a drawn set so, from the same seed."""
+    if not d:
+        return None
+    name, fill = list(DISTRIBUTIONS.items())[d - 1]
+    floats = [x for x in xs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    for x in floats:
+        fill(x)
+    return name if floats else None
+
+
+def finite(out):
+    """Every floating tensor of an output finite (a reference on a drawn set may not be: a log)."""
+    return all(t.isfinite().all() for t in tensors(out) if t.is_floating_point())
 
 
 def distribution_shortcut(h, failure, where):

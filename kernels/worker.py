@@ -141,13 +141,8 @@ def _timer_checks(h, claims, weights):
                 for i, c in enumerate(claims):
                     if c["w"] != w:
                         continue
-                    xs, drawn = h.inputs(c["s"]), None
-                    if c["d"]:  # the set drawn from another distribution, as run_checks drew it
-                        drawn, fill = list(checks.DISTRIBUTIONS.items())[c["d"] - 1]
-                        floats = [x for x in xs if isinstance(x, torch.Tensor) and x.is_floating_point()]
-                        for x in floats:
-                            fill(x)
-                        drawn = drawn if floats else None
+                    xs = h.inputs(c["s"])
+                    drawn = checks.draw_into(xs, c["d"])  # as run_checks drew it
                     what = ("a timed call's inputs" if c["spot"] else "a checked input set"
                             + (f" drawn from {drawn}" if drawn else ""))
                     where = ("the reference timer's check" if i == 0 else f"the reference timer, on {what} ({i} of "
@@ -160,14 +155,14 @@ def _timer_checks(h, claims, weights):
                         continue  # the reference fails on these values: they say nothing (run_checks alike)
                     if c["spot"]:
                         r32, r64 = correctness.tensors(r32), correctness.tensors(r64)
-                    if drawn and not all(t.isfinite().all() for t in correctness.tensors(r32) if t.is_floating_point()):
+                    if drawn and not checks.finite(r32):
                         continue  # not finite on them (a log of normal values): nothing to compare
                     try:
                         checks.compare_claim(c["c"], r32, r64, c["s"], h.dev, h.cfg["allow_lowp"], where,
                                              checks.TIMER_SAMPLES if i == 0 else checks.CLAIM_SAMPLES,
                                              2.0 if c["spot"] else 1.0)
                     except verdicts.Reject as failure:
-                        if not (drawn and failure.reason in ("mismatch", "nan", "precision")):
+                        if not (drawn and failure.reason in checks.SHORTCUT_REASONS):
                             raise
                         if not h.cfg["allow_distribution_shortcut"]:  # (allowed: the job's own check flags it)
                             checks.distribution_shortcut(h, failure, where)  # raises input_distribution
