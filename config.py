@@ -160,7 +160,7 @@ DEFAULTS = {k: d for _, group in SETTINGS.values() for k, (d, _) in group.items(
 CHOICES = dict(language=("auto",) + tuple(LANGUAGES), device=("auto", "cuda", "cpu"), dtype=("auto", "bf16", "fp32"),
                grad_ckpt=("auto", "on", "off"), sampler=("auto", "compile", "hf"), top_p_draw=("sort", "reject"),
                decode_attention=("auto", "sdpa"), exemplars=("bucket", "random"), st_keep=("success", "speedup"),
-               baseline=("eager", "compile"), reference_timing=("paired", "apart", "separate"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "drift", "policy", "step"))
+               baseline=("eager", "compile"), reference_timing=("separate", "paired", "apart"), kernelbench_verdict=("audit", "always", "never"), what=("throughput", "stability", "all", "gpus", "sandbox", "load", "drift", "policy", "step"))
 AT_LEAST_ONE = ("check_inputs", "timing_rounds", "max_rounds", "min_runs", "max_runs", "tiny_dim", "tiny_layers",
                 "tiny_heads", "tiny_vocab", "max_len", "max_new_tokens", "gen_batch", "attempts", "keep",
                 "epochs", "batch_size", "grad_accum", "ckpt_every", "log_every", "st_epochs", "crl_steps",

@@ -33,7 +33,7 @@ import evaluate
 import exemplars
 import grpo
 import kernels
-from kernels import correctness, gate, limits, sandbox, verdicts
+from kernels import correctness, gate, limits, sandbox, settings, verdicts
 import optim
 import policy
 import prompts
@@ -1494,8 +1494,8 @@ def hack_files(backend, folder="hacks"):
         meta = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(code).body
                 if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
                 and n.targets[0].id in ("EXPECT", "TASK", "OPTIONS", "FLAGS", "SET_FLAGS", "NEEDS", "STATIC", "MAX_SPEEDUP",
-                                        "MAX_RUN_S", "EXPECT_APART", "MAX_SPEEDUP_APART", "EXPECT_SEPARATE",
-                                        "MAX_SPEEDUP_SEPARATE")}
+                                        "MAX_RUN_S", "EXPECT_APART", "MAX_SPEEDUP_APART", "EXPECT_PAIRED",
+                                        "MAX_SPEEDUP_PAIRED")}
         out.append((f, code, meta))
     return out
 
@@ -1598,6 +1598,14 @@ def candidate_ids(folder):
             for backend in ("cpu", "cuda") for f, _, _ in hack_files(backend, folder)]
 
 
+def expected(meta, mode=None):
+    """A candidate's meta under a --reference_timing (None: the default): an attack on the
+    reference's timing may meet another layer in another mode, or be judged ok for no gain
+    there (EXPECT_PAIRED, MAX_SPEEDUP_APART, ...)."""
+    mode = "_" + (mode or settings.DEFAULTS["reference_timing"]).upper()
+    return dict(meta, **{k[:-len(mode)]: v for k, v in meta.items() if k.endswith(mode)})
+
+
 def check_candidate(b, name):
     """The candidate's EXPECT verdict, and the verdict flags (FLAGS) and global settings
     (SET_FLAGS) it names; no parent's secret in it; no more than its MAX_SPEEDUP."""
@@ -1608,10 +1616,7 @@ def check_candidate(b, name):
     backend, failures = b.backend, []
     if SECRET in v.message + v.log:
         failures.append(f"{os.path.basename(f)}: the parent's secret is in its verdict")
-    # under another --reference_timing (CUDAL1_TEST_EVALUATOR) an attack on the reference's timing
-    # may meet another layer, or be judged ok for no gain: EXPECT_APART, MAX_SPEEDUP_SEPARATE, ...
-    mode = "_" + json.loads(os.environ.get("CUDAL1_TEST_EVALUATOR") or "{}").get("reference_timing", "paired").upper()
-    meta = dict(meta, **{k[:-len(mode)]: v for k, v in meta.items() if k.endswith(mode)})
+    meta = expected(meta, json.loads(os.environ.get("CUDAL1_TEST_EVALUATOR") or "{}").get("reference_timing"))
     status, _, reasons = meta["EXPECT"].partition("/")
     if v.status != status or (reasons and v.reason not in reasons.split("|")):
         failures.append(f"{os.path.basename(f)}: expected {meta['EXPECT']}, got {v.status}/{v.reason}: {v.message}")
@@ -2297,6 +2302,25 @@ def _seeds_and_reference_attacks(tasks):
     return seeds, attacks
 
 
+def test_the_paired_mode_keeps_its_own_defences(cache, tasks):
+    """--reference_timing=paired (the reference timed in the candidate's process, no longer the
+    default): the hacks whose verdict differs by mode get their paired one (EXPECT_PAIRED):
+    thread_raw's and thread_short's spinners slow a reference beside them and are
+    rejected/thread by the thread watch; confirm_first_only's forged first success is caught
+    by the second measurement (rejected/unconfirmed)."""
+    names = ("thread_raw", "thread_short", "confirm_first_only", "confirm_round_aware")
+    files = {os.path.basename(f)[:-3]: (code, meta) for f, code, meta in hack_files("cpu") if
+             os.path.basename(f)[:-3] in names}
+    with make_eval(cache, "cpu", reference_timing="paired", static_check=False) as ev:
+        vs = ev.evaluate([(tasks[m["TASK"]], code) for code, m in files.values()])
+    for n, v in zip(files, vs):
+        meta = expected(files[n][1], "paired")
+        status, _, reasons = meta["EXPECT"].partition("/")
+        assert v.status == status and (not reasons or v.reason in reasons.split("|")), (n, v.status, v.reason,
+                                                                                         v.message)
+        assert not v.ok or v.speedup <= meta.get("MAX_SPEEDUP", float("inf")), (n, v.speedup)
+
+
 def test_reference_timed_apart_before_the_candidate_loads(cache, tasks):
     """--reference_timing=apart: the reference is timed alone in the worker before the
     candidate's code is loaded, the candidate alone after its checks. The seeds keep their
@@ -2817,7 +2841,8 @@ def test_bench_commands_print_their_tables(cache, tmp_path):
                    "--progress=false", "--timing_rounds=2", "--round_seconds=0.05"]
     out = run_script("bench.py", ["--what=all", "--only=gelu", *common_args])
     assert "throughput, 2 unique candidates" in out and "stability: speedup" in out, out
-    rows = {l.split()[0] + " " + l.split()[1]: l.split() for l in out.splitlines() if l.startswith(("cold cache", "warm cache"))}
+    # the table's rows only: the separate mode adds "cold cache, the reference timer: ..." lines after them
+    rows = {l.split()[0] + " " + l.split()[1]: l.split() for l in out.splitlines() if l.startswith(("cold cache ", "warm cache "))}
     assert set(rows) == {"cold cache", "warm cache"} and all(r[4] == "2/2" for r in rows.values()), out
     assert "median difference" in out and "over 2 candidates" in out, out
     res = json.load(open(os.path.join(tmp_path, "bench", "all-cpu.json")))

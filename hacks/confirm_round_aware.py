@@ -2,8 +2,10 @@
 (kernels/evaluator.py): it counts its own imports in its work folder (the same folder for every
 job of one candidate), forges a success (ok 42x, as hacks/confirm_first_only.py does) in the
 first round's first timing only, and computes GELU honestly in every later job, hoping the
-second round keeps some of the first's figures. It keeps none: the second round is judged as
-if the first had not happened, so the verdict is its honest speed (about 1x), not 42x."""
+second round keeps some of the first's figures. By default its forged success names no
+reference round the reference timer measured: rejected (protocol). Paired, it keeps none: the
+second round is judged as if the first had not happened, so the verdict is its honest speed
+(about 1x), not 42x."""
 import json
 import os
 import sys
@@ -11,10 +13,12 @@ import sys
 import torch
 import torch.nn as nn
 
-EXPECT = "ok/"
-EXPECT_SEPARATE = "rejected/protocol"  # separate: its forged first success has no reference round the timer measured
+EXPECT = "rejected/protocol"  # its forged first success has no reference round the reference timer measured
+EXPECT_PAIRED = "ok/"  # --reference_timing=paired (and apart): the second round's honest speed
+MAX_SPEEDUP_PAIRED = 1.5
+EXPECT_APART = "ok/"
+MAX_SPEEDUP_APART = 1.5
 TASK = "gelu"
-MAX_SPEEDUP = 1.5
 STATIC = True
 
 count = os.path.join(os.environ.get("TMPDIR", "/tmp"), "imports")

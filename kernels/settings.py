@@ -69,15 +69,16 @@ EVALUATOR = ("the evaluator (the kernels package)", dict(
     confirm_margin=(0.5, "... and rejected (unconfirmed) if that speedup is below the first / (1 + this + "
                          "both measurements' spreads)"),
     baseline=("eager", "eager | compile: what the reference is timed as"),
-    reference_timing=("paired", "paired: reference and candidate calls interleaved in one process, after the "
-                                "candidate loaded; apart: the reference timed alone before the candidate's code is "
-                                "loaded (nothing of the candidate can run then), the candidate alone after its checks; "
-                                "separate: rounds alternate between the candidate's calls and the reference's, timed by "
-                                "a reference timer per device where no candidate code runs, the candidate's process "
-                                "stopped meanwhile; the timer also checks one output against its own reference"),
-    reference_retime=(0.0, "apart or separate: seconds a reference time measured in one job (apart: its time; "
-                           "separate: the timer's rounds, quiet ones only) is reused for the task's other candidates "
-                           "on that GPU (or CPU), then measured again (0: each job times its own)"),
+    reference_timing=("separate", "separate: rounds alternate between the candidate's calls and the reference's, "
+                                  "timed by a reference timer per device where no candidate code runs (the candidate's "
+                                  "process stopped meanwhile), which also judges every output a verdict rests on against "
+                                  "its own reference; paired: reference and candidate calls interleaved in the "
+                                  "candidate's process (about a fifth more candidates a minute on a GPU; code in that "
+                                  "process can reach the reference); apart: the reference timed alone before the "
+                                  "candidate's code is loaded, the candidate alone after its checks"),
+    reference_retime=(120.0, "apart or separate: seconds a reference time measured in one job (apart: its time; "
+                             "separate: the timer's rounds, quiet ones only) is reused for the task's other candidates "
+                             "on that GPU (or CPU), then measured again (0: each job times its own)"),
     time_candidates=(True, "false: check correctness only (Stages 1 and 2 ignore speed)"),
     sandbox=(True, "box candidates (sandbox.py); false only to measure what the box costs"),
 ))
