@@ -2291,7 +2291,6 @@ def test_seeds_pass_cpu(cache, tasks):
     check_seeds(cache, tasks, "cpu")
 
 
-@pytest.mark.slow
 def _seeds_and_reference_attacks(tasks):
     """The CPU seeds of gelu and matmul, and the hacks that slow the reference from inside the
     candidate's process ({name: (code, meta)}): what the other reference timings are tried on."""
@@ -2330,7 +2329,9 @@ def test_reference_timed_apart_before_the_candidate_loads(cache, tasks):
     slow and is judged the plain GELU it computes; cpu_omp_levels' serial OpenMP and
     cpu_affinity_pool's pinning gain nothing either."""
     seeds, attacks = _seeds_and_reference_attacks(tasks)
-    with make_eval(cache, "cpu", reference_timing="apart", static_check=False) as ev:
+    # each job's own time from before its candidate loaded (no reuse: on a 2-core VM a time told
+    # by another job, under the load of the checks beside it, moved a plain GELU to 1.79x)
+    with make_eval(cache, "cpu", reference_timing="apart", reference_retime=0.0, static_check=False) as ev:
         vs = ev.evaluate(seeds + [(tasks[m["TASK"]], code) for code, m in attacks.values()])
     for v in vs[:len(seeds)]:
         assert v.ok and v.ref_ms > 0 and v.new_ms > 0 and v.speedup == pytest.approx(v.ref_ms / v.new_ms), v
@@ -2408,7 +2409,7 @@ def test_reference_timed_in_a_process_of_its_own(cache, tasks):
         assert not v.ok or v.speedup <= 1.5, (n, v.status, v.reason, v.speedup, v.message)
         assert n != "thread_raw" or v.ok, (n, v.status, v.reason, v.message)
     # --baseline=compile: the timer compiles its reference itself, into a folder of its own
-    with make_eval(cache, "cpu", reference_timing="separate", baseline="compile", run_timeout=30.0) as ev:
+    with make_eval(cache, "cpu", reference_timing="separate", baseline="compile", run_timeout=90.0) as ev:
         [v] = ev.evaluate(seeds[:1])
         assert v.ok, (v.status, v.reason, v.message)
         assert os.listdir(os.path.join(ev.tmp, "timer-0", "inductor"))
@@ -2636,7 +2637,10 @@ def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
              "        return torch.nn.functional.gelu(x)\n"
     planter = open(os.path.join(HERE, "hacks", "sandbox_cache.py")).read()
     shared = os.path.join(cache, "reference-compile")
-    with make_eval(cache, "cpu", baseline="compile", run_timeout=30.0) as ev:
+    # paired: the compile in the job's worker is what is tested here (the reference timer's own
+    # compile is test_reference_timed_in_a_process_of_its_own's); a cold Inductor compile of the
+    # reference took 24-25 s on a 2-core VM, within 30 s only just
+    with make_eval(cache, "cpu", baseline="compile", run_timeout=60.0, reference_timing="paired") as ev:
         [v, p] = ev.evaluate([(tasks["gelu"], honest), (tasks["gelu"], planter)])
         assert v.ok, f"{v.status}/{v.reason}: {v.message}"
         # the reference was compiled with the shared reference cache, which a candidate loaded
