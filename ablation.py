@@ -270,14 +270,17 @@ def run_candidates(cfg, root, set_aside):
 
 
 def confirm(cands, judge, margin=0.05):
-    """judge([(candidate row, code)]) -> [(ok, speedup)], in order: each candidate and its
-    teacher variant judged together. -> the candidates with `new_speedup`, `teacher_new` and
-    `confirmed`: correct, and at least (1 + margin) x the teacher's new speedup."""
+    """judge([(candidate row, code)]) -> [(ok, speedup, verdict)], in order (verdict: its
+    "status/reason", what says why one was not confirmed): each candidate and its teacher
+    variant judged together. -> the candidates with `new_speedup`, `teacher_new`, their
+    verdicts `new_verdict` and `teacher_verdict`, and `confirmed`: correct, and at least
+    (1 + margin) x the teacher's new speedup."""
     got = judge([(c, c["code"]) for c in cands] + [(c, c["teacher"]["code"]) for c in cands])
     out = []
-    for c, (ok, s), (t_ok, t) in zip(cands, got[:len(cands)], got[len(cands):]):
+    for c, (ok, s, why), (t_ok, t, t_why) in zip(cands, got[:len(cands)], got[len(cands):]):
         s, t = s if ok else 0.0, t if t_ok else 0.0
-        out.append(dict(c, new_speedup=s, teacher_new=t, confirmed=bool(ok and t > 0 and s >= (1 + margin) * t)))
+        out.append(dict(c, new_speedup=s, teacher_new=t, new_verdict=why, teacher_verdict=t_why,
+                        confirmed=bool(ok and t > 0 and s >= (1 + margin) * t)))
     return out
 
 
@@ -337,7 +340,7 @@ def discover(cfg, runs, tasks, set_aside):
         with kernels.Evaluator(cfg, progress=cfg["progress"]) as ev:
             def judge(pairs):
                 vs = ev.evaluate([(index[c["task_hash"]], code) for c, code in pairs], desc="judging discoveries again")
-                return [(v.ok, v.speedup) for v in vs]
+                return [(v.ok, v.speedup, f"{v.status}/{v.reason}" if v.reason else v.status) for v in vs]
             judged = confirm(cands, judge)
     counts = discovery_counts(judged, runs)
     best = best_discovery(judged)
@@ -346,7 +349,8 @@ def discover(cfg, runs, tasks, set_aside):
         path = run_file(cfg, best["run"], "sft", "data.jsonl")
         stage1 = common.read_jsonl(path, torn_tail=True) if os.path.isfile(path) else []
         diff = discovery_diff(best, stage1 or [best["teacher"]])
-    keep = ("run", "task", "step", "source_hash", "speedup", "teacher_best", "new_speedup", "teacher_new", "confirmed")
+    keep = ("run", "task", "step", "source_hash", "speedup", "teacher_best", "new_speedup", "teacher_new",
+            "new_verdict", "teacher_verdict", "confirmed")
     return dict(counts=counts, unknown_tasks=len(unknown), rows=[{k: r.get(k) for k in keep} for r in judged],
                 best=dict({k: best.get(k) for k in keep}, code=best["code"]) if best else None, diff=diff)
 
@@ -361,6 +365,11 @@ def discovery_lines(d):
         lines.append(f"best: {b['task']} in {b['run']} (step {b['step']}): {b['new_speedup']:.2f}x against the "
                      f"teacher variant's {b['teacher_new']:.2f}x, judged side by side "
                      f"({b['new_speedup'] / b['teacher_new']:.2f}x)")
+    for r in d["rows"]:  # why each of the others was not confirmed
+        if not r["confirmed"] and r.get("new_verdict"):
+            lines.append(f"not confirmed: {r['task']} in {r['run']} (step {r['step']}): {r['new_speedup']:.2f}x "
+                         f"({r['new_verdict']}) against the teacher variant's {r['teacher_new']:.2f}x "
+                         f"({r['teacher_verdict']})")
     return rows, lines
 
 

@@ -2390,38 +2390,28 @@ def test_the_reference_timer_keeps_few_tasks_and_little_memory():
 
 
 def test_reference_timed_in_a_process_of_its_own(cache, tasks):
-    """--reference_timing=separate: each round's reference calls are timed by the device's
-    reference timer, a process where no candidate code runs, while the candidate's process is
-    stopped; the speedup is the Evaluator's, from the timer's rounds. The seeds keep their
-    verdicts; attacks that slow the reference from inside the candidate's process find no
-    reference there: thread_raw's spinner (rejected/thread when paired) is stopped with its
-    process and the plain GELU it computes is about 1x; cpu_omp_levels' serial OpenMP and
-    cpu_affinity_pool's pinning reach only the candidate's own calls."""
-    seeds, attacks = _seeds_and_reference_attacks(tasks)
-    with make_eval(cache, "cpu", reference_timing="separate", static_check=False) as ev:
-        vs = ev.evaluate(seeds + [(tasks[m["TASK"]], code) for code, m in attacks.values()])
-        timer = ev._timers[0].proc
-        assert timer.is_alive() and timer.pid != os.getpid()
-    assert not timer.is_alive()  # ended with its Evaluator
-    for v in vs[:len(seeds)]:
-        assert v.ok and v.ref_ms > 0 and v.new_ms > 0 and v.speedup == pytest.approx(v.ref_ms / v.new_ms), v
-    for n, v in zip(attacks, vs[len(seeds):]):
-        assert not v.ok or v.speedup <= 1.5, (n, v.status, v.reason, v.speedup, v.message)
-        assert n != "thread_raw" or v.ok, (n, v.status, v.reason, v.message)
-    # --baseline=compile: the timer compiles its reference itself, into a folder of its own
-    with make_eval(cache, "cpu", reference_timing="separate", baseline="compile", run_timeout=90.0) as ev:
-        [v] = ev.evaluate(seeds[:1])
-        assert v.ok, (v.status, v.reason, v.message)
-        assert os.listdir(os.path.join(ev.tmp, "timer-0", "inductor"))
+    """--reference_timing=separate (the default): each round's reference calls are timed by the
+    device's reference timer, a process where no candidate code runs, while the candidate's
+    process is stopped; the speedup is the Evaluator's, from the timer's rounds. (The seeds and
+    the hacks that slow the reference from inside the candidate's process are judged under the
+    default by the seeds and hack tests: thread_raw's spinner is stopped with its process and
+    its plain GELU is about 1x; cpu_omp_levels and cpu_affinity_pool reach only the candidate's
+    own calls.) Here: the timer's life and --reference_retime (--baseline=compile in the timer:
+    test_torch_compile_baseline_is_no_false_positive)."""
+    gelu = open(os.path.join(HERE, "tasks", "seeds", "cpp", "gelu", "fast.py")).read()
     # --reference_retime: a job's quiet timer rounds are given in turn to the task's later jobs
     # (their timings ask the timer nothing; each job's check still goes to it)
-    gelu = seeds[0][1]
     with make_eval(cache, "cpu", reference_timing="separate", reference_retime=600.0, confirm_speedup=0) as ev:
         vs = ev.evaluate([(tasks["gelu"], gelu + f"\n# copy {i}\n") for i in range(4)])  # 4 programs, not 1
         kept = [ms for rounds, *_ in ev.timer_rounds.values() for ms in rounds]
         # with the timer's call as it saw it, which the jobs given them size their rounds on
         calls = [call for *_, call in ev.timer_rounds.values()]
+        timer = ev._timers[0].proc
+        assert timer.is_alive() and timer.pid != os.getpid()
+    assert not timer.is_alive()  # ended with its Evaluator
     assert all(v.ok for v in vs), [(v.status, v.reason, v.message) for v in vs]
+    for v in vs:
+        assert v.ref_ms > 0 and v.new_ms > 0 and v.speedup == pytest.approx(v.ref_ms / v.new_ms), v
     assert ev.reference_given >= 1 and kept and all(c > 0 for c in calls), (ev.reference_given, kept, calls)
     assert sum(min(kept) <= v.ref_ms <= max(kept) for v in vs) >= ev.reference_given
 
@@ -2637,12 +2627,14 @@ def test_torch_compile_baseline_is_no_false_positive(cache, tasks):
              "        return torch.nn.functional.gelu(x)\n"
     planter = open(os.path.join(HERE, "hacks", "sandbox_cache.py")).read()
     shared = os.path.join(cache, "reference-compile")
-    # paired: the compile in the job's worker is what is tested here (the reference timer's own
-    # compile is test_reference_timed_in_a_process_of_its_own's); a cold Inductor compile of the
-    # reference took 24-25 s on a 2-core VM, within 30 s only just
-    with make_eval(cache, "cpu", baseline="compile", run_timeout=60.0, reference_timing="paired") as ev:
+    # the default (separate): the job's worker compiles the reference for its own early checks,
+    # and the reference timer compiles its own, into a folder no job sees. A cold Inductor compile
+    # of the reference took 24-25 s in a job on a 2-core VM and 28 s more in the timer, while the
+    # job is stopped and its deadline waits: hence the run limit
+    with make_eval(cache, "cpu", baseline="compile", run_timeout=90.0, reference_timing="separate") as ev:
         [v, p] = ev.evaluate([(tasks["gelu"], honest), (tasks["gelu"], planter)])
         assert v.ok, f"{v.status}/{v.reason}: {v.message}"
+        assert os.listdir(os.path.join(ev.tmp, "timer-0", "inductor"))
         # the reference was compiled with the shared reference cache, which a candidate loaded
         # after it cannot write (the worker's writes narrowed once the reference was compiled)
         assert os.listdir(os.path.join(shared, "inductor"))
@@ -5360,8 +5352,9 @@ def test_ablation_confirms_discoveries_with_a_fake_judge():
     teacher = dict(task="gelu", code="t = 1\n", speedup=1.0)
     cands = [dict(task="gelu", code=f"c = {i}\n", run="s0", speedup=3.0, teacher=teacher) for i in range(4)]
     cands[3] = dict(cands[3], run="s1", task="matmul", teacher=dict(teacher, task="matmul", code="m = 1\n"))
-    new = {"c = 0\n": (True, 2.0), "c = 1\n": (True, 1.02), "c = 2\n": (False, 0.0), "c = 3\n": (True, 5.0),
-           "t = 1\n": (True, 1.0), "m = 1\n": (False, 0.0)}  # the matmul teacher fails now: no comparison
+    new = {"c = 0\n": (True, 2.0, "ok"), "c = 1\n": (True, 1.02, "ok"), "c = 2\n": (False, 0.0, "incorrect/mismatch"),
+           "c = 3\n": (True, 5.0, "ok"),
+           "t = 1\n": (True, 1.0, "ok"), "m = 1\n": (False, 0.0, "runtime_error/exception")}  # the matmul teacher fails now
     seen = []
 
     def judge(pairs):
@@ -5371,6 +5364,7 @@ def test_ablation_confirms_discoveries_with_a_fake_judge():
     assert seen[:4] == [c["code"] for c in cands] and seen[4:] == ["t = 1\n"] * 3 + ["m = 1\n"]
     assert [g["confirmed"] for g in got] == [True, False, False, False]
     assert (got[0]["new_speedup"], got[0]["teacher_new"], got[2]["new_speedup"]) == (2.0, 1.0, 0.0)
+    assert (got[2]["new_verdict"], got[3]["teacher_verdict"]) == ("incorrect/mismatch", "runtime_error/exception")
     counts = ablation.discovery_counts(got, ["s0", "s1"])
     assert counts["per_run"]["s0"] == dict(candidates=3, confirmed=1, tasks=["gelu"])
     assert counts["per_run"]["s1"]["confirmed"] == 0 and counts["all"]["candidates"] == 4
@@ -5453,7 +5447,7 @@ def test_evaluate_merge_makes_one_comparison_of_runs_judged_apart(tmp_path):
 @pytest.mark.slow
 def test_evaluate_runs_compares_stages_over_seeds(pipeline, cache, tmp_path):
     """Two run roots from the pipeline's run (the second without crl-random, and with a
-    Stage 3 discovery planted in its database: matmul's fast seed against its naive one as
+    Stage 3 discovery planted in its database: matmul's fast seed against a slowed naive one as
     the teacher's best), then `evaluate.py --runs` over both."""
     import ablation
     import importlib.util
@@ -5466,7 +5460,12 @@ def test_evaluate_runs_compares_stages_over_seeds(pipeline, cache, tmp_path):
     matmul = next(t for t in taskset.load_tasks("builtin") if t.name == "matmul")
     seed = lambda kind: prompts.split_docstring(open(os.path.join(HERE, "tasks", "seeds", "cpp", "matmul",
                                                                   f"{kind}.py")).read())[1]
-    naive, fast = seed("naive"), seed("fast") + "\nNEW_IN_STAGE_3 = True\n"
+    # the teacher's best: the naive seed calling its kernel three times (alone it is only 1.3-1.6x
+    # slower than the fast one on a 2-core VM, a gap short timing on a loaded machine can close)
+    naive = seed("naive").replace("        lib.matmul(A, B, C, M, N, K)",
+                                  "        for _ in range(3):\n            lib.matmul(A, B, C, M, N, K)")
+    fast = seed("fast") + "\nNEW_IN_STAGE_3 = True\n"
+    assert "range(3)" in naive
     row = dict(task="matmul", task_hash=matmul.hash, status="ok", reason="", flags=[], message="")
     common.append_jsonl(os.path.join(s1, "small", "crl", "db.jsonl"), [
         dict(row, source_hash=taskset.sha(naive), code=naive, speedup=0.02, step=0, origin="sft"),
@@ -5488,7 +5487,7 @@ def test_evaluate_runs_compares_stages_over_seeds(pipeline, cache, tmp_path):
     assert agg["crl"]["mean_speedup"]["n"] == 2 and agg["crl-random"]["success_rate"]["n"] == 1
     assert res["runs"][s1]["missing"] == ["crl-random"] and len(res["per_run"][s0]) == 5
     assert res["discovery"]["counts"]["per_run"][s1] == dict(candidates=1, confirmed=1, tasks=["matmul"]), \
-        res["discovery"]
+        [(r["new_verdict"], r["new_speedup"], r["teacher_verdict"], r["teacher_new"]) for r in res["discovery"]["rows"]]
     assert res["discovery"]["counts"]["per_run"][s0]["candidates"] == 0
     diff = open(stem + ".discovery.diff").read()
     assert diff.startswith("--- Stage 1 variant of matmul") and "+NEW_IN_STAGE_3 = True" in diff
