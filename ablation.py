@@ -365,7 +365,7 @@ def discovery_lines(d):
         lines.append(f"best: {b['task']} in {b['run']} (step {b['step']}): {b['new_speedup']:.2f}x against the "
                      f"teacher variant's {b['teacher_new']:.2f}x, judged side by side "
                      f"({b['new_speedup'] / b['teacher_new']:.2f}x)")
-    for r in d["rows"]:  # why each of the others was not confirmed
+    for r in d.get("rows") or ():  # why each of the others was not confirmed (older results: no verdicts)
         if not r["confirmed"] and r.get("new_verdict"):
             lines.append(f"not confirmed: {r['task']} in {r['run']} (step {r['step']}): {r['new_speedup']:.2f}x "
                          f"({r['new_verdict']}) against the teacher variant's {r['teacher_new']:.2f}x "

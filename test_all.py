@@ -5368,6 +5368,11 @@ def test_ablation_confirms_discoveries_with_a_fake_judge():
     counts = ablation.discovery_counts(got, ["s0", "s1"])
     assert counts["per_run"]["s0"] == dict(candidates=3, confirmed=1, tasks=["gelu"])
     assert counts["per_run"]["s1"]["confirmed"] == 0 and counts["all"]["candidates"] == 4
+    lines = ablation.discovery_lines(dict(counts=counts, rows=[dict(g, step=1) for g in got], best=None))[1]
+    assert [l for l in lines if l.startswith("not confirmed")] == [
+        "not confirmed: gelu in s0 (step 1): 1.02x (ok) against the teacher variant's 1.00x (ok)",
+        "not confirmed: gelu in s0 (step 1): 0.00x (incorrect/mismatch) against the teacher variant's 1.00x (ok)",
+        "not confirmed: matmul in s1 (step 1): 5.00x (ok) against the teacher variant's 0.00x (runtime_error/exception)"]
     # the diff is against the Stage 1 variant most like the discovery
     best = dict(got[0], code="a\nb\nc\nd\n", step=3)
     stage1 = [dict(task="gelu", code="x\ny\nz\n"), dict(task="gelu", code="a\nb\nX\nd\n"),
