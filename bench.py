@@ -221,6 +221,14 @@ def throughput(cfg, pairs):
                 extra = sum(e["time_timer"] for e in each) - sum(rs) - sum(cs)
                 print(f"{label}, hand-overs: {1e3 * extra / (sum(n) + len(n)):.1f} ms a round trip to the timer "
                       f"({sum(n) + len(n)} round trips)")
+    for label, r in rows.items():  # where a timing phase goes (run_timing's parts), means over the jobs
+        each = [e for e in r["each"].values() if "time_rounds" in e]
+        if each:
+            mean = lambda k: sum(e.get(k, 0.0) for e in each) / len(each)
+            names = dict(time_sizing="warm-up and sizing", time_rounds="planned rounds", time_extra="extra rounds",
+                         time_again="re-measures", time_after="closing checks", time_check="the timer's check")
+            print(f"{label}, a timing phase's parts (means over {len(each)} jobs, s): " +
+                  ", ".join(f"{v} {mean(k):.3f}" for k, v in names.items()) + f", of {mean('time'):.3f}")
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"

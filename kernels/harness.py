@@ -168,6 +168,7 @@ class Harness:
         self.spots = ([], 0)  # timed calls kept for the spot check (timing.py), of how many
         self.claims = None  # separate: the checked outputs for the reference timer (checks.timer_check)
         self.timer_check_s = 0.0  # separate: seconds timer_check took (the timer's part included)
+        self.time_parts = {}  # run_timing's phases, seconds (and the calls a round held)
         self.ref_state = None  # the timed reference model's state before the candidate's first call
         # The same for reference and candidate alike: PyTorch's own defaults (cuDNN convolutions
         # in TF32 on Ampere and later, matmuls in full fp32), the reference as its users run it
@@ -676,6 +677,7 @@ def run_job(job):
                                   time=t3 - t2 - wait + tr - wr, wait=h.gate.paused + wait + wr)
             if separate:  # of `time`: waiting for the timer (hand-overs included), and the check's whole step
                 res["seconds"].update(time_timer=h.gate.timer, time_check=h.timer_check_s)
+            res["seconds"].update({f"time_{k}": v for k, v in h.time_parts.items()})
         except BaseException as e:  # SystemExit, KeyboardInterrupt raised by candidate code too
             res = failed(h, e)
             # what the job waited for (pauses; apart, the device for its reference), so a fault's

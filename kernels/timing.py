@@ -457,7 +457,7 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
             out = ask(runs)  # candidate's calls, not in them (the load probe would count them)
             _SLEEP(0.003)
             return out
-    t0 = h.clock()
+    t0 = t_start = h.clock()
     for fn in progs:  # warm-up: lazy initialization, autotuning, caches
         timed(fn)
     slow_cold = h.clock() - t0 >= cfg["round_seconds"] / 3
@@ -490,10 +490,14 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
     suspicious = lambda rr, rn: new is not None and median(rr) / median(rn) > cfg["suspicious_speedup"]
     speedups = lambda rr, rn: [a / b for a, b in zip(rr, rn)]  # one per round
     rr, rn, t0 = [], [], h.clock()
+    parts = h.time_parts  # where the timing phase goes (bench.py prints the medians)
+    parts["sizing"] = t0 - t_start  # warm-up and the estimate the rounds are sized on
     if slow and slow_cold and runs == 1:  # the estimate was such a round: it counts, and a
         rr, rn = er, en                   # 275 ms candidate holds the GPU one pair less
     while len(rr) < rounds:
         one_round(runs, rr, rn)
+    t1 = h.clock()
+    parts["rounds"] = t1 - t0
     if not (slow or suspicious(rr, rn)):  # (an implausible speedup is measured again below)
         # extra rounds while the rounds' speedups disagree, up to max_rounds and 4x the planned
         # time. The speedup, not each program's time: a drift both programs share (the GPU's
@@ -502,11 +506,15 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
         while len(rr) < cfg["max_rounds"] and _spread(speedups(rr, rn)) > cfg["spread_limit"] \
                 and h.clock() - t0 < 4 * planned:
             one_round(runs, rr, rn)
+    t2 = h.clock()
+    parts["extra"] = t2 - t1
     if suspicious(rr, rn):  # implausible: measured again, twice as long, and that counts
         h.notes.append(f"speedup {median(rr) / median(rn):.1f}x re-measured")
         rr, rn = [], []
         while len(rr) < rounds:
             one_round(2 * runs, rr, rn)
+    t3 = h.clock()
+    parts["again"] = t3 - t2
     if new is not None:  # (the reference alone: no candidate loaded, nothing of its to watch)
         on_ref, share, on_new = watch.on_reference()
         if on_ref > THREAD_LIMIT or share > THREAD_SHARE:
@@ -526,6 +534,7 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
     h.check_forward(new, "timing")
     h.integrity("timing", dispatch=True)
     h.check_reference(ref, h.ref_state, "timing")
+    parts["after"] = h.clock() - t3  # the watches and the integrity checks that close the timing
     h.spots = ([s for s in slots if s[2]], seen[0])
     return median(rr), median(rn), _spread(speedups(rr, rn))
 
