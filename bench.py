@@ -151,7 +151,7 @@ def throughput(cfg, pairs):
                            check_med=pct(sec("check"), 0.5), time_med=pct(sec("time"), 0.5),
                            wait_med=pct(sec("wait"), 0.5),
                            run_med=pct(sec("run"), 0.5), workers=ev.workers, gpu_share=share,
-                           reference_given=ev.reference_given, timer_jobs=list(ev.timer_jobs),
+                           reference_given=ev.reference_given, timer_jobs=list(ev.timer_jobs), device=ev.device,
                            start_s=start, ready_s=g0 - s0, first_build_s=first("compile", "end"),
                            first_run_s=first("run", "start"), after_start_per_min=60 * len(vs) / (g1 - holds[0]) if holds else None)
     # A build-cache hit inside one process: the cost a worker pays to load a built kernel.
@@ -178,12 +178,14 @@ def throughput(cfg, pairs):
                 else:
                     os.environ["CUDAL1_CACHE"] = saved
     # The load_inline version of one kernel, built cold, for comparison.
-    task = next(t for t in taskset.load_tasks(cfg["tasks"]) if t.name == "gelu")
-    with kernels.Evaluator(cfg) as ev:
-        [iv] = ev.evaluate([(task, INLINE[ev.device])], desc="load_inline")
-    inline_s = iv.seconds.get("compile")
+    iv = inline_s = None
+    if cfg["bench_inline"]:
+        task = next(t for t in taskset.load_tasks(cfg["tasks"]) if t.name == "gelu")
+        with kernels.Evaluator(cfg) as ev:
+            [iv] = ev.evaluate([(task, INLINE[ev.device])], desc="load_inline")
+        inline_s = iv.seconds.get("compile")
     print(f"\nthroughput, {len(pairs)} unique candidates, {rows['cold cache']['workers']} compile workers, "
-          f"{cfg['checks_per_gpu' if ev.device == 'cuda' else 'checks_per_cpu']} run workers "
+          f"{cfg['checks_per_gpu' if rows['cold cache']['device'] == 'cuda' else 'checks_per_cpu']} run workers "
           f"per device")
     print(f"{'':12s} {'cand/min':>9s} {'wall s':>8s} {'ok':>5s} {'build med':>10s} {'build max':>10s} "
           f"{'check med':>10s} {'time med':>9s} {'wait med':>9s} {'run med':>8s}")
@@ -196,7 +198,9 @@ def throughput(cfg, pairs):
         for g, a in r["gpu_share"].items():
             tot = sum(a.values()) or 1
             print(f"{label}, GPU {g}: timing {a['timing']:.1f} s ({100 * a['timing'] / tot:.0f}%), waiting for "
-                  f"pause points {a['waiting']:.1f} s, neither (loads, checks, start) {a['other']:.1f} s")
+                  f"pause points {a['waiting']:.1f} s" + (f", the reference timer checking {a['checking']:.1f} s"
+                                                          if a.get("checking") else "") +
+                  f", neither (loads, checks, start) {a['other']:.1f} s")
     for label, r in rows.items():
         if r["start_s"] is not None:
             print(f"{label}: {r['start_s']:.1f} s from start to the first timing (evaluator ready {r['ready_s']:.1f} s, "
@@ -231,9 +235,10 @@ def throughput(cfg, pairs):
                   ", ".join(f"{v} {mean(k):.3f}" for k, v in names.items()) + f", of {mean('time'):.3f}")
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
-    print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"
-          f" (our format's median build above: {rows['cold cache']['compile_med']:.1f} s)")
-    return dict(rows=rows, cache_hit_ms=hit_ms, inline_build_s=inline_s, inline_status=iv.status)
+    if iv is not None:
+        print(f"the same GELU through load_inline (torch headers): build {inline_s:.1f} s, verdict {iv.status}"
+              f" (our format's median build above: {rows['cold cache']['compile_med']:.1f} s)")
+    return dict(rows=rows, cache_hit_ms=hit_ms, inline_build_s=inline_s, inline_status=iv and iv.status)
 
 
 def under_load(cfg, pairs):

@@ -148,6 +148,7 @@ SETTINGS = {
         bench_copies=(1, "the evaluator's benchmarks (throughput, the step's judging, ...): each candidate this many "
                          "times, each a new source, one after another (as Stage 3 judges a task's crl_samples samples)"),
         fresh_cache=(True, "time cold builds in a new, empty build cache"),
+        bench_inline=(True, "throughput: also build the GELU through load_inline, cold (about a minute), for comparison"),
         bench_repeats=(3, "sandbox: runs with the box and without, alternating, of each"),
         bench_minutes=(20.0, "drift: how long to watch the references' times (at least two rounds)"),
         bench_interval=(60.0, "drift: seconds from the start of one round to the start of the next"),

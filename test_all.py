@@ -973,14 +973,16 @@ def _gate_worker(conn, path, steps, long_step, host=None):
 
 def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
     """bench.py's account of a GPU's time, from the gate's state changes: timing while one
-    worker holds the GPU, waiting while one asked and the others have not paused yet."""
+    worker holds the GPU, waiting while one asked and the others have not paused yet (or the
+    reference timer still checks), checking while the timer checks and nobody waits."""
     trace = [(1.0, 0, 11, "run"), (1.0, 0, 12, "run"), (2.0, 0, 11, "wait"), (2.5, 0, 12, "pausing"),
-             (3.0, 0, 12, "paused"), (3.0, 0, 11, "hold"), (5.0, 0, 11, "paused"), (5.0, 0, 12, "run"),
-             (5.0, 0, 11, "run"), (6.0, 0, 11, "done"), (7.0, 0, 12, "wait"), (7.5, 0, 12, "hold"),
+             (3.0, 0, 12, "paused"), (3.0, 0, 11, "hold"), (4.0, 0, "timer", "round"), (4.5, 0, "timer", "idle"),
+             (5.0, 0, 11, "paused"), (5.0, 0, 12, "run"), (5.0, 0, 11, "run"), (5.5, 0, "timer", "check"),
+             (6.0, 0, 11, "done"), (6.5, 0, "timer", "idle"), (7.0, 0, 12, "wait"), (7.5, 0, 12, "hold"),
              (8.0, 0, 12, "done"), (2.0, 1, 21, "hold"), (4.0, 1, 21, "done")]
     share = gate.gate_share(trace, 0.0, 10.0)
-    assert share[0] == dict(timing=2.5, waiting=1.5, other=6.0), share[0]
-    assert share[1] == dict(timing=2.0, waiting=0.0, other=8.0), share[1]
+    assert share[0] == dict(timing=2.5, waiting=1.5, checking=1.0, other=5.0), share[0]
+    assert share[1] == dict(timing=2.0, waiting=0.0, checking=0.0, other=8.0), share[1]
 
 
 def test_a_stopped_worker_runs_no_thread_when_the_other_side_starts():
@@ -1219,7 +1221,7 @@ class _Gated:
     def __init__(self, state, since, host=None, call=None, deadline=0.0, job_deadline=100.0):
         self.state, self.since, self.host, self.stopped, self.going_on = state, since, host, False, False
         self.call_limit, self.deadline, self.job_deadline, self.ticked, self.sharing = call, deadline, job_deadline, None, 1
-        self.told, self.blocked, self.blocking = [], 0.0, None
+        self.told, self.blocked, self.blocking, self.ref_pending = [], 0.0, None, False
 
     held = gate.Running.held
 
@@ -2283,7 +2285,23 @@ def check_seeds(cache, tasks, backend, language="auto"):
         # a large speedup is timed twice (kernels/confirm.py); an honest one agrees with itself
         assert (v.confirmed is not None) == (v.speedup >= 1.5), (v.solution, v.speedup, v.confirmed)
     assert any(v.confirmed for v in vs), "no seed was fast enough to be timed a second time"
+    if ev.cfg["reference_timing"] == "separate":  # the timer checks outputs only while nobody times
+        holds, checks_ = _spans(ev.trace, "hold"), _spans(ev.trace, "check")
+        assert checks_, "the reference timer checked nothing"
+        assert not [(a, b) for a in checks_ for b in holds if a[0] == b[0] and a[1] < b[2] and b[1] < a[2]], \
+            "the reference timer checked a job's outputs while another job timed"
     return vs
+
+
+def _spans(trace, state):
+    """Evaluator.trace -> [(GPU, start, end)] of each stretch a worker (or the timer) spent in `state`."""
+    out, since = [], {}
+    for t, g, w, st in sorted(trace, key=lambda e: e[0]):
+        if (g, w) in since:
+            out.append((g, since.pop((g, w)), t))
+        if st == state:
+            since[(g, w)] = t
+    return out
 
 
 @pytest.mark.slow

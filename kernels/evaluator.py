@@ -397,6 +397,7 @@ class Evaluator:
                 reply = ("error", "it died")
             r, t.busy = t.busy, None
             r.ref_pending = False
+            self.trace.append((gate.now(), g, "timer", "idle"))
             r.timer_s[t.what == "check"] += gate.now() - t.since
             if t.what == "check" and reply[0] in ("ok", "reject"):
                 t.stop()
@@ -422,7 +423,12 @@ class Evaluator:
             r.stop(False)
             r.tell(b"C" if t.what == "check" else b"T" + data)
         for r in active:
-            if (r.ref_request is None and r.check_claim is None) or r.state != "hold" or r.ref_pending:
+            # a round for the job holding its device; a check once nobody holds that device (the
+            # job has given it back: the check is not timed, and no timing starts while it runs,
+            # since the job stopped meanwhile is not at a pause point)
+            if r.ref_pending or not ((r.ref_request is not None and r.state == "hold") or (
+                    r.check_claim is not None and r.state != "hold" and not any(
+                        a.kind == "run" and a.gpu == r.gpu and a.state == "hold" for a in active))):
                 continue
             kept = self._kept_rounds(r) if r.ref_request is not None else None
             if kept:  # --reference_retime: an earlier job's rounds, in turn; the timer is not asked
@@ -448,6 +454,7 @@ class Evaluator:
             r.ref_pending = True
             r.stop(True)  # all of the candidate's process (and its job's group) while the reference runs
             t.busy, t.since = r, gate.now()
+            self.trace.append((t.since, r.gpu, "timer", t.what))
             t.stop(False)
             t.conn.send(msg)
 

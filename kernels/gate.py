@@ -225,24 +225,37 @@ class WorkerGate:
             data += chunk
         return data
 
+    def _answer(self, byte):
+        """Wait for the Evaluator's answer `byte` outside a hold of the device: a pause asked
+        for meanwhile (P, and no R for it yet) is taken once the answer is in, as host_only does."""
+        pending = False
+        while (b := self._next()) != byte:
+            pending = b == b"P" or (pending and b != b"R")
+        return pending
+
     def check_seed(self):
-        """--reference_timing=separate, while this worker holds the device: the seed of the
-        input set the reference timer checks (checks.timer_check), picked by the Evaluator now."""
+        """--reference_timing=separate, after this worker's timing (the device shared again):
+        the seed of the input set the reference timer checks (checks.timer_check), picked by
+        the Evaluator now."""
         self.sync()
         self.send(("checkseed",))
-        while self._next() != b"S":
-            pass
-        return struct.unpack("<q", self._read(8))[0]
+        pending = self._answer(b"S")
+        seed = struct.unpack("<q", self._read(8))[0]
+        if pending:
+            self._pause()
+        return seed
 
     def checked(self, claims):
         """The candidate's outputs (checks.timer_check's claims: on that set first) to the
-        Evaluator, which has the timer judge them against its reference, this process stopped
-        meanwhile."""
+        Evaluator, which has the timer judge them against its reference once nobody times on
+        this device, this process stopped meanwhile (and no timing starts until it is done)."""
         t = time.perf_counter()
+        self.sync()
         self.send(("checked", claims))
-        while self._next() != b"C":
-            pass
+        pending = self._answer(b"C")
         self.timer += time.perf_counter() - t
+        if pending:
+            self._pause()
 
     def release(self):
         """Timing done: give the GPU back and wait, paused, until the others may run too
@@ -301,6 +314,7 @@ class Running:
         # the timer's check (checks.timer_check): the seed given, the claim to hand over, the
         # timer's answer (("ok",) | ("reject", status, reason, message))
         self.check_seed, self.check_claim, self.check_result = None, None, None
+        self.released = False  # its timing is over (the device given back): the timer's check may come
         self.claims_expected = 0  # of checked input sets (verdicts.check_claims)
         os.set_blocking(self.fd, False)
 
@@ -349,6 +363,7 @@ class Running:
                 elif msg == ("release",):
                     if self.state == "hold":
                         self._set("paused")  # until nobody waits for the GPU
+                        self.released = True
                 elif msg[0] == "host":
                     self.host = "run" if msg[1] else "stop"
                 elif msg[0] == "reference":
@@ -372,14 +387,16 @@ class Running:
                     self.ref_request = (a[0], a[1])
                     self.ref_flags = a[1] if self.ref_flags is None else self.ref_flags
                 elif msg == ("checkseed",):
-                    # once a job, while it holds the device and after the rounds it was timed in
-                    if not (self.separate and self.state == "hold" and self.check_seed is None
-                            and self.ref_request is None and not self.ref_pending and self.ref_rounds):
+                    # once a job, after the timing (rounds in, the device given back)
+                    if not (self.separate and self.released and self.state in ("run", "pausing")
+                            and self.check_seed is None and self.ref_request is None and not self.ref_pending
+                            and self.ref_rounds):
                         raise verdicts.ProtocolError("a check the harness did not ask for")
                     self.check_seed = secrets.randbits(48)
                     self.tell(b"S" + struct.pack("<q", self.check_seed))
                 elif msg[0] == "checked":
-                    if not (self.separate and self.state == "hold" and self.check_seed is not None
+                    if not (self.separate and self.released and self.state in ("run", "pausing")
+                            and self.check_seed is not None
                             and self.check_claim is None and self.check_result is None and not self.ref_pending
                             and verdicts.claims_fit(msg[1], self.check_seed, self.claims_expected)):
                         raise verdicts.ProtocolError("a check the harness did not ask for")
@@ -596,7 +613,8 @@ def _arbitrate(workers, host=None):
             if w.state in ("paused", "pausing"):
                 w.tell(b"R")  # one still on its way reads its P, then this R
                 w._set("run")
-            w.stop(False)
+            if not w.ref_pending:  # (one whose outputs the timer checks stays stopped until it answers)
+                w.stop(False)
             w.going_on = False
         return
     # Out of the way of a timing: paused, waiting, or in host-only work (WorkerGate.host_only)
@@ -621,7 +639,7 @@ def _arbitrate(workers, host=None):
             w._set("pausing")
         if holder and w.state != "hold" and aside(w) and w.host != "run":
             w.stop()  # one that paused, or began host work, during a timing
-        elif not holder and w.state == "pausing" and not w.host:
+        elif not holder and w.state == "pausing" and not w.host and not w.ref_pending:
             w.stop(False)  # stopped in host work that has ended since: on to its pause point
     if holder or host or not all(aside(w) for w in workers):
         return
@@ -665,18 +683,20 @@ def share_clock(workers):
 def gate_share(trace, t0, t1):
     """Evaluator.trace (time, GPU, worker, state) -> {GPU: seconds of [t0, t1] (gate.now()
     clock) spent timing (a worker holds the GPU), waiting (one asked for it, the others
-    are still on their way to a pause point) and other (loading and checking only, or
-    starting up)}: where the time goes when throughput falls short of the timing capacity."""
+    are still on their way to a pause point or the reference timer still checks),
+    checking (the reference timer checks a job's outputs, nobody waits) and other (loading
+    and checking only, or starting up)}: where the time goes when throughput falls short of
+    the timing capacity. The timer's entries have the worker "timer", state round | check | idle."""
     out = {}
     for g in sorted({e[1] for e in trace}):
         evs = [e for e in trace if e[1] == g and t0 <= e[0] <= t1]
-        states, acc = {}, dict(timing=0.0, waiting=0.0)
+        states, acc = {}, dict(timing=0.0, waiting=0.0, checking=0.0)
         for (t, _, w, st), nxt in zip(evs, [e[0] for e in evs[1:]] + [t1]):
             states[w] = st
             vals = set(states.values())
-            k = "timing" if "hold" in vals else "waiting" if "wait" in vals else None
+            k = "timing" if "hold" in vals else "waiting" if "wait" in vals else "checking" if "check" in vals else None
             if k:
                 acc[k] += nxt - t
-        acc["other"] = (t1 - t0) - acc["timing"] - acc["waiting"]
+        acc["other"] = (t1 - t0) - acc["timing"] - acc["waiting"] - acc["checking"]
         out[g] = acc
     return out

@@ -513,8 +513,7 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
         rr, rn = [], []
         while len(rr) < rounds:
             one_round(2 * runs, rr, rn)
-    t3 = h.clock()
-    parts["again"] = t3 - t2
+    parts["again"] = h.clock() - t2
     if new is not None:  # (the reference alone: no candidate loaded, nothing of its to watch)
         on_ref, share, on_new = watch.on_reference()
         if on_ref > THREAD_LIMIT or share > THREAD_SHARE:
@@ -531,12 +530,20 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
                        f"own in {len(disturbed)} round(s), the first measured {RETRIES + 1} times; the speedup may be off")
     if new is None:
         return median(rr), None, _spread(rr)
+    h.spots = ([s for s in slots if s[2]], seen[0])
+    return median(rr), median(rn), _spread(speedups(rr, rn))
+
+
+def closing_checks(h, ref, new):
+    """After run_timing, the device no longer held (what was changed during the timing is
+    still changed now: checking it later loses nothing, and the next candidate times
+    meanwhile): the candidate's forward, the harness and the dispatcher, the reference's
+    model as they were before it. Raises Reject."""
+    t = h.clock()
     h.check_forward(new, "timing")
     h.integrity("timing", dispatch=True)
     h.check_reference(ref, h.ref_state, "timing")
-    parts["after"] = h.clock() - t3  # the watches and the integrity checks that close the timing
-    h.spots = ([s for s in slots if s[2]], seen[0])
-    return median(rr), median(rn), _spread(speedups(rr, rn))
+    h.time_parts["after"] = h.clock() - t
 
 
 def spot_check(h, ref):
