@@ -1221,7 +1221,7 @@ class _Gated:
     def __init__(self, state, since, host=None, call=None, deadline=0.0, job_deadline=100.0):
         self.state, self.since, self.host, self.stopped, self.going_on = state, since, host, False, False
         self.call_limit, self.deadline, self.job_deadline, self.ticked, self.sharing = call, deadline, job_deadline, None, 1
-        self.told, self.blocked, self.blocking, self.ref_pending, self.check_claim = [], 0.0, None, False, None
+        self.told, self.blocked, self.blocking, self.ref_pending = [], 0.0, None, False
 
     held = gate.Running.held
 
@@ -1236,25 +1236,6 @@ class _Gated:
 
     def stop(self, stop=True):
         self.stopped = stop
-
-
-def test_gate_times_before_a_queued_timer_check(monkeypatch):
-    """A job whose outputs wait for the reference timer (it synchronized and sent its claims)
-    is out of the way of a timing: the one waiting gets the GPU, the other is stopped. Once its
-    claims are with the timer (ref_pending) it is not, so no timing starts beside the check,
-    and it stays stopped when nobody times."""
-    monkeypatch.setattr(gate, "now", lambda: 1000.0)
-    w0, w1 = _Gated("run", 999.9), _Gated("wait", 999.9)
-    w0.check_claim = [{}]
-    gate.arbitrate([w0, w1])
-    assert w1.state == "hold" and w1.told == [b"G"] and w0.stopped and w0.told == [b"P"]
-    w0, w1 = _Gated("run", 999.9), _Gated("wait", 999.9)
-    w0.ref_pending = w0.stopped = True  # the timer checks its claims now
-    gate.arbitrate([w0, w1])
-    assert w1.state == "wait" and w1.told == [] and w0.state == "pausing"
-    w1._set("paused")  # nobody waits: the paused one goes on, the checked one stays stopped
-    gate.arbitrate([w0, w1])
-    assert w0.stopped and not w1.stopped and w1.state == "run"
 
 
 def test_gate_defers_for_each_late_worker_within_a_bound(monkeypatch):

@@ -423,13 +423,12 @@ class Evaluator:
             r.stop(False)
             r.tell(b"C" if t.what == "check" else b"T" + data)
         for r in active:
-            # a round for the job holding its device; a check once nobody holds that device or
-            # waits for it (the job has given it back: the check is not timed, and no timing
-            # starts while it runs, since the job stopped meanwhile is not at a pause point;
-            # timings go first, the checks fill the gaps between them)
+            # a round for the job holding its device; a check once nobody holds that device (the
+            # job has given it back: the check is not timed, and no timing starts while it runs,
+            # since the job stopped meanwhile is not at a pause point)
             if r.ref_pending or not ((r.ref_request is not None and r.state == "hold") or (
                     r.check_claim is not None and r.state != "hold" and not any(
-                        a.kind == "run" and a.gpu == r.gpu and a.state in ("hold", "wait") for a in active))):
+                        a.kind == "run" and a.gpu == r.gpu and a.state == "hold" for a in active))):
                 continue
             kept = self._kept_rounds(r) if r.ref_request is not None else None
             if kept:  # --reference_retime: an earlier job's rounds, in turn; the timer is not asked

@@ -617,11 +617,8 @@ def _arbitrate(workers, host=None):
                 w.stop(False)
             w.going_on = False
         return
-    # Out of the way of a timing: paused, waiting, in host-only work (WorkerGate.host_only), or
-    # waiting for the reference timer to take its claims (it synchronized before it sent them;
-    # the Evaluator hands them over only while nobody waits or times: timings go first)
-    aside = lambda w: w.state in ("paused", "wait") or (w.state == "pausing" and w.host) or \
-        (w.check_claim is not None and not w.ref_pending)
+    # Out of the way of a timing: paused, waiting, or in host-only work (WorkerGate.host_only)
+    aside = lambda w: w.state in ("paused", "wait") or (w.state == "pausing" and w.host)
     # A worker still in a long candidate call (a first call that autotunes or builds: tens of
     # seconds) would keep the ones already paused idle all that while: they go on meanwhile and
     # pause again when it is there, as often as one is late, in the first DEFER_FOR seconds of
