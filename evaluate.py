@@ -521,7 +521,8 @@ def print_account(a):
             f"run workers {a['run_busy']:.0%}")
     for g, s in a["gpus"].items():
         line += (f"; GPU {g}: timing {s['timing']:.0%}, waiting for pause points {s['waiting']:.0%}, "
-                 f"neither {s['other']:.0%}")
+                 + (f"the reference timer checking {s['checking']:.0%}, " if s.get("checking") else "")
+                 + f"neither {s['other']:.0%}")
     print(line)
 
 

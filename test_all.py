@@ -2740,10 +2740,12 @@ def test_torch_builds_in_candidate_code_are_paid_once(cache, tasks):
     once. Both in one evaluation, so the two builds run side by side."""
     with make_eval(cache, "cpu") as ev:
         failed, written = ev.evaluate([(tasks["gelu"], _FALLBACK), (tasks["gelu"], _WRITES_AND_LOADS)])
+    # (a build again in the run job would take about the compile job's time, 15-45 s on the CPU VMs; the
+    # check's seconds hold the reference timer's check too, several seconds beside the other's build)
     assert failed.ok, (failed.status, failed.reason, failed.message)
-    assert failed.seconds["compile"] > 3 and failed.seconds["check"] < 3, failed.seconds
+    assert failed.seconds["compile"] > 3 and failed.seconds["check"] < 10, failed.seconds
     assert written.ok and written.kernel_calls > 0, (written.status, written.reason, written.message, written.log[-2000:])
-    assert written.seconds["compile"] > 3 and written.seconds["check"] < 3, written.seconds
+    assert written.seconds["compile"] > 3 and written.seconds["check"] < 10, written.seconds
 
 
 def test_kernelbench_verdict_is_not_asked_of_what_never_built_or_attacked_the_evaluator():

@@ -694,7 +694,8 @@ def gate_share(trace, t0, t1):
         for (t, _, w, st), nxt in zip(evs, [e[0] for e in evs[1:]] + [t1]):
             states[w] = st
             vals = set(states.values())
-            k = "timing" if "hold" in vals else "waiting" if "wait" in vals else "checking" if "check" in vals else None
+            k = "timing" if "hold" in vals else "waiting" if "wait" in vals else \
+                "checking" if states.get("timer") == "check" else None
             if k:
                 acc[k] += nxt - t
         acc["other"] = (t1 - t0) - acc["timing"] - acc["waiting"] - acc["checking"]
