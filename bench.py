@@ -197,7 +197,7 @@ def throughput(cfg, pairs):
     for label, r in rows.items():
         for g, a in r["gpu_share"].items():
             tot = sum(a.values()) or 1
-            print(f"{label}, GPU {g}: timing {a['timing']:.1f} s ({100 * a['timing'] / tot:.0f}%), waiting for "
+            print(f"{label}, {'GPU' if r['device'] == 'cuda' else 'CPU'} {g}: timing {a['timing']:.1f} s ({100 * a['timing'] / tot:.0f}%), waiting for "
                   f"pause points {a['waiting']:.1f} s" + (f", the reference timer checking {a['checking']:.1f} s"
                                                           if a.get("checking") else "") +
                   f", neither (loads, checks, start) {a['other']:.1f} s")

@@ -497,11 +497,12 @@ def judge_solutions(cfg, ev, pairs, stamp, rank, world):
             for i, (t, s) in enumerate(pairs)]
 
 
-def time_account(events, trace, workers, slots, t0, t1):
+def time_account(events, trace, workers, slots, t0, t1, device="cuda"):
     """Where a run's wall time [t0, t1] (gate.now() clock) went -> dict: the share of the
     compile workers' and the run workers' capacity their jobs filled (Evaluator.events), and
-    per GPU the share spent timing, waiting for pause points, or neither (gate.gate_share on
-    Evaluator.trace). It says which side bounds a long run: builds on the host, or the GPU."""
+    per device (each GPU, or the CPU) the share spent timing, waiting for pause points, or
+    neither (gate.gate_share on Evaluator.trace). It says which side bounds a long run:
+    builds on the host, or the device."""
     wall = max(t1 - t0, 1e-9)
 
     def busy(kind, n):  # job seconds inside [t0, t1] over n workers' time
@@ -513,14 +514,15 @@ def time_account(events, trace, workers, slots, t0, t1):
             live, last = live + (1 if w == "start" else -1), t
         return (total + live * (t1 - last)) / (wall * max(n, 1))
     gpus = {g: {k: v / wall for k, v in a.items()} for g, a in kernels.gate.gate_share(trace, t0, t1).items()}
-    return dict(seconds=wall, compile_busy=busy("compile", workers), run_busy=busy("run", slots), gpus=gpus)
+    return dict(seconds=wall, compile_busy=busy("compile", workers), run_busy=busy("run", slots), gpus=gpus,
+                device="GPU" if device == "cuda" else "CPU")
 
 
 def print_account(a):
     line = (f"time: {a['seconds']:.0f} s; compile workers busy {a['compile_busy']:.0%}, "
             f"run workers {a['run_busy']:.0%}")
     for g, s in a["gpus"].items():
-        line += (f"; GPU {g}: timing {s['timing']:.0%}, waiting for pause points {s['waiting']:.0%}, "
+        line += (f"; {a.get('device', 'GPU')} {g}: timing {s['timing']:.0%}, waiting for pause points {s['waiting']:.0%}, "
                  + (f"the reference timer checking {s['checking']:.0%}, " if s.get("checking") else "")
                  + f"neither {s['other']:.0%}")
     print(line)
@@ -664,7 +666,8 @@ def run(cfg):
             if rank == 0:
                 print()
                 summary = report(verdicts)
-                summary["time"] = time_account(ev.events, ev.trace, ev.workers, len(ev.slots), g0, kernels.gate.now())
+                summary["time"] = time_account(ev.events, ev.trace, ev.workers, len(ev.slots), g0, kernels.gate.now(),
+                                               ev.device)
                 print_account(summary["time"])
                 if any(s.score is not None for _, s in p.pairs):  # an audit of published numbers
                     summary["audit"] = audit(p.pairs, verdicts)

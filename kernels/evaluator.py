@@ -325,6 +325,8 @@ class Evaluator:
             child.close()
             r = gate.Running(kind, item, proc, parent, gate.now() + timeout, slot, job["log"],
                              None if slot is None else self.slots[slot])
+            if kind == "run":  # the CPU's run workers share it through the same gate
+                r.trace = self.trace
         if group:
             r.group = group
             self._groups.append((group, proc))
