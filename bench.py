@@ -197,10 +197,10 @@ def throughput(cfg, pairs):
     for label, r in rows.items():
         for g, a in r["gpu_share"].items():
             tot = sum(a.values()) or 1
-            print(f"{label}, {'GPU' if r['device'] == 'cuda' else 'CPU'} {g}: timing {a['timing']:.1f} s ({100 * a['timing'] / tot:.0f}%), waiting for "
-                  f"pause points {a['waiting']:.1f} s" + (f", the reference timer checking {a['checking']:.1f} s"
-                                                          if a.get("checking") else "") +
-                  f", neither (loads, checks, start) {a['other']:.1f} s")
+            checking = f", the reference timer checking {a['checking']:.1f} s" if a.get("checking") else ""
+            print(f"{label}, {'GPU' if r['device'] == 'cuda' else 'CPU'} {g}: timing {a['timing']:.1f} s "
+                  f"({100 * a['timing'] / tot:.0f}%), waiting for pause points {a['waiting']:.1f} s{checking}, "
+                  f"neither (loads, checks, start) {a['other']:.1f} s")
     for label, r in rows.items():
         if r["start_s"] is not None:
             print(f"{label}: {r['start_s']:.1f} s from start to the first timing (evaluator ready {r['ready_s']:.1f} s, "
@@ -218,7 +218,8 @@ def throughput(cfg, pairs):
                   f"rounds), its rounds {pct(rs, 0.5):.2f} s and its check {pct(cs, 0.5):.2f} s a job (medians, "
                   "request to answer)" + (f"; in the job: waiting for it {pct([e['time_timer'] for e in each], 0.5):.2f}"
                                           f" s, the check's whole step {pct([e['time_check'] for e in each], 0.5):.2f}"
-                                          f" s, of a timing phase of {pct([e['time'] for e in each], 0.5):.2f} s"
+                                          f" s (after the device is given back), a timing phase "
+                                          f"{pct([e['time'] for e in each], 0.5):.2f} s"
                                           if each else ""))
             if each:  # what a hand-over costs: the jobs' waits for the timer less its own work, per round trip
                 # (exact where every job succeeds, as the seeds do: a failed one's waits are not in its seconds)
@@ -230,9 +231,11 @@ def throughput(cfg, pairs):
         if each:
             mean = lambda k: sum(e.get(k, 0.0) for e in each) / len(each)
             names = dict(time_sizing="warm-up and sizing", time_rounds="planned rounds", time_extra="extra rounds",
-                         time_again="re-measures", time_after="closing checks", time_check="the timer's check")
+                         time_again="re-measures")
             print(f"{label}, a timing phase's parts (means over {len(each)} jobs, s): " +
-                  ", ".join(f"{v} {mean(k):.3f}" for k, v in names.items()) + f", of {mean('time'):.3f}")
+                  ", ".join(f"{v} {mean(k):.3f}" for k, v in names.items()) + f", of {mean('time'):.3f}; "
+                  f"after it, the device given back: closing checks {mean('time_after'):.3f}, the timer's check "
+                  f"{mean('time_check'):.3f}")
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     if iv is not None:

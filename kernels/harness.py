@@ -168,7 +168,7 @@ class Harness:
         self.spots = ([], 0)  # timed calls kept for the spot check (timing.py), of how many
         self.claims = None  # separate: the checked outputs for the reference timer (checks.timer_check)
         self.timer_check_s = 0.0  # separate: seconds timer_check took (the timer's part included)
-        self.time_parts = {}  # run_timing's phases, seconds (and the calls a round held)
+        self.time_parts = {}  # run_timing's phases and the closing checks', seconds
         self.ref_state = None  # the timed reference model's state before the candidate's first call
         # The same for reference and candidate alike: PyTorch's own defaults (cuDNN convolutions
         # in TF32 on Ampere and later, matmuls in full fp32), the reference as its users run it
