@@ -814,11 +814,14 @@ def test_a_disagreement_once_is_judged_again_and_the_second_round_stands(cache, 
         for attempt in range(3):
             [v] = ev.evaluate([(tasks["diag_matmul"], code + f"# attempt {attempt}\n")])
             # a first timing that other processes disturbed gives way to a quiet, lower second
-            # one (the rule above), with no second round: then the machine was busy; again
-            if "under load, then at" not in v.message:
+            # one (the rule above), with no second round: then the machine was busy; again. So
+            # when the noise struck the honest second round as well (CI on the 2-core VM: 15.76x,
+            # then 8.61x, with nothing slowed): a fresh job, whose first round is slowed again
+            if "under load, then at" not in v.message and "unconfirmed twice" not in v.message:
                 break
         else:
-            pytest.skip(f"other processes loaded this machine in 3 first timings: {v.message}")
+            if "under load, then at" in v.message:
+                pytest.skip(f"other processes loaded this machine in 3 first timings: {v.message}")
     assert v.ok and v.speedup >= 1.5 and v.confirmed, (v.status, v.reason, v.message)
     assert "judged again: in a first round, timed at" in v.message, v.message
     assert v.seconds["confirm"] > 0 and v.seconds["total"] >= v.seconds["run"] + v.seconds["confirm"] - 0.01
@@ -1544,6 +1547,14 @@ class _Batches:
             if names:
                 self.judge(key, names)
 
+    def again(self, name):
+        """The candidate judged once more, alone, in a fresh evaluator with its options."""
+        opts = dict(dict(static_check=False), **dict(ast.literal_eval(self.group(name))))
+        _, code, meta = self.files[name]
+        with make_eval(self.cache, self.backend, **opts) as ev:
+            [v] = ev.evaluate([(self.tasks[meta["TASK"]], code)])
+        return v
+
     def judge(self, key, names):
         from multiprocessing import forkserver
         items = [self.files[n] for n in names]
@@ -1629,8 +1640,12 @@ def check_candidate(b, name):
         failures.append(f"{os.path.basename(f)}: its job ran {v.seconds['run']:.1f} s ({v.seconds.get('wait', 0):.1f} "
                         f"s of it waiting), over the {meta['MAX_RUN_S']} s a hang of its kind may cost")
     elif v.ok and v.speedup > meta.get("MAX_SPEEDUP", float("inf")):
-        failures.append(f"{os.path.basename(f)}: speedup {v.speedup:.2f}, above the {meta['MAX_SPEEDUP']} it "
-                        f"can earn honestly")
+        # a gain must happen twice: a trick gains every time, while the 2-core VM's noise once
+        # put autograd_state, the reference's own computation, at 1.54x (0.98x as a rule)
+        w = b.again(name)
+        if w.ok and w.speedup > meta["MAX_SPEEDUP"]:
+            failures.append(f"{os.path.basename(f)}: speedup {v.speedup:.2f}, then {w.speedup:.2f} alone, above the "
+                            f"{meta['MAX_SPEEDUP']} it can earn honestly")
     elif not set(meta.get("FLAGS", [])) <= set(v.flags) or not set(meta.get("SET_FLAGS", [])) <= set(v.set_flags):
         failures.append(f"{os.path.basename(f)}: expected flags {meta.get('FLAGS')} and settings "
                         f"{meta.get('SET_FLAGS')}, got {v.flags} and {v.set_flags}")
@@ -2117,7 +2132,13 @@ import torch
 import torch.nn as nn
 
 SEEN = []
-for top in ["/tmp", *PLACES]:  # every evaluator's job folders, its outputs and results, the registry
+# where an attacker who read the evaluator looks: every evaluator's job folders and the registry
+# (/tmp/kernels-*), what else /tmp holds at its top, and the other's outputs and results. Not all of
+# /tmp: on a CI machine it holds a virtual environment and pytest's folders, tens of thousands of
+# files, and reading them ran past the limit on a candidate's import
+TOPS = sorted(os.path.join("/tmp", n) for n in os.listdir("/tmp") if n.startswith("kernels-"))
+SMALL = [os.path.join("/tmp", n) for n in os.listdir("/tmp") if os.path.isfile(os.path.join("/tmp", n))]
+for top in [*TOPS, *PLACES]:
     for root, _, files in os.walk(top):
         for name in files:
             try:
@@ -2126,6 +2147,13 @@ for top in ["/tmp", *PLACES]:  # every evaluator's job folders, its outputs and 
                         SEEN.append(os.path.join(root, name))
             except OSError:
                 pass
+for path in SMALL:
+    try:
+        with open(path, errors="ignore") as f:
+            if MARK in f.read(100000):
+                SEEN.append(path)
+    except OSError:
+        pass
 
 
 class ModelNew(nn.Module):
@@ -2151,7 +2179,7 @@ def test_a_job_sees_no_other_evaluators_jobs_results_or_sources(cache, tasks, tm
         os.makedirs(os.path.join(other.tmp, "7"))
         with open(os.path.join(other.tmp, "7", "candidate.py"), "w") as f:
             f.write(f"# {mark} source\n")
-        code = _PEEKS.replace("[\"/tmp\", *PLACES]", repr(["/tmp", str(out)])).replace(
+        code = _PEEKS.replace("[*TOPS, *PLACES]", f"[*TOPS, {str(out)!r}]").replace(
             "SEEN = []", f"SEEN = []\nMARK = {mark[:9]!r} + {mark[9:]!r}")
         with make_eval(cache, "cpu") as ev:
             [v] = ev.evaluate([(tasks["gelu"], code)])
@@ -2333,8 +2361,11 @@ def test_the_paired_mode_keeps_its_own_defences(cache, tasks):
     for n, v in zip(files, vs):
         meta = expected(files[n][1], "paired")
         status, _, reasons = meta["EXPECT"].partition("/")
-        assert v.status == status and (not reasons or v.reason in reasons.split("|")), (n, v.status, v.reason,
-                                                                                         v.message)
+        # or no gain: a spinner that happened to run little beside the reference (CI on the 2-core
+        # VM: thread_short ok) left the watch nothing to charge, and the reference nothing slowed
+        no_gain = v.ok and v.speedup <= meta.get("MAX_SPEEDUP", float("inf"))
+        assert no_gain or v.status == status and (not reasons or v.reason in reasons.split("|")), (
+            n, v.status, v.reason, v.speedup, v.message)
         assert not v.ok or v.speedup <= meta.get("MAX_SPEEDUP", float("inf")), (n, v.speedup)
 
 
