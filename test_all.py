@@ -1619,6 +1619,16 @@ def expected(meta, mode=None):
     return dict(meta, **{k[:-len(mode)]: v for k, v in meta.items() if k.endswith(mode)})
 
 
+def gain_twice(ev, task, code, v, bound):
+    """v, or, where it is ok above `bound`, the verdict of the candidate judged once more in ev:
+    a gain must happen twice. A trick gains every time; the 2-core VM's noise once put a
+    candidate that computes the reference's own GELU at 1.54x."""
+    if not (v.ok and v.speedup > bound):
+        return v
+    [w] = ev.evaluate([(task, code + "\n# judged again\n")])
+    return w
+
+
 def check_candidate(b, name):
     """The candidate's EXPECT verdict, and the verdict flags (FLAGS) and global settings
     (SET_FLAGS) it names; no parent's secret in it; no more than its MAX_SPEEDUP."""
@@ -2351,22 +2361,24 @@ def test_the_paired_mode_keeps_its_own_defences(cache, tasks):
     """--reference_timing=paired (the reference timed in the candidate's process, no longer the
     default): the hacks whose verdict differs by mode get their paired one (EXPECT_PAIRED):
     thread_raw's and thread_short's spinners slow a reference beside them and are
-    rejected/thread by the thread watch; confirm_first_only's forged first success is caught
-    by the second measurement (rejected/unconfirmed)."""
+    rejected/thread by the thread watch (or gain nothing, where the spinner ran too little to
+    slow it); confirm_first_only's forged first success is caught by the second measurement
+    (rejected/unconfirmed). A gain over a hack's MAX_SPEEDUP must happen twice."""
     names = ("thread_raw", "thread_short", "confirm_first_only", "confirm_round_aware")
     files = {os.path.basename(f)[:-3]: (code, meta) for f, code, meta in hack_files("cpu") if
              os.path.basename(f)[:-3] in names}
     with make_eval(cache, "cpu", reference_timing="paired", static_check=False) as ev:
         vs = ev.evaluate([(tasks[m["TASK"]], code) for code, m in files.values()])
-    for n, v in zip(files, vs):
-        meta = expected(files[n][1], "paired")
-        status, _, reasons = meta["EXPECT"].partition("/")
-        # or no gain: a spinner that happened to run little beside the reference (CI on the 2-core
-        # VM: thread_short ok) left the watch nothing to charge, and the reference nothing slowed
-        no_gain = v.ok and v.speedup <= meta.get("MAX_SPEEDUP", float("inf"))
-        assert no_gain or v.status == status and (not reasons or v.reason in reasons.split("|")), (
-            n, v.status, v.reason, v.speedup, v.message)
-        assert not v.ok or v.speedup <= meta.get("MAX_SPEEDUP", float("inf")), (n, v.speedup)
+        for n, v in zip(files, vs):
+            meta = expected(files[n][1], "paired")
+            status, _, reasons = meta["EXPECT"].partition("/")
+            bound = meta.get("MAX_SPEEDUP", float("inf"))
+            v = gain_twice(ev, tasks[meta["TASK"]], files[n][0], v, bound)
+            # or no gain: a spinner that happened to run little beside the reference (CI on the 2-core
+            # VM: thread_short ok) left the watch nothing to charge, and the reference nothing slowed
+            assert v.ok and v.speedup <= bound or v.status == status and (
+                not reasons or v.reason in reasons.split("|")), (n, v.status, v.reason, v.speedup, v.message)
+            assert not v.ok or v.speedup <= bound, (n, v.speedup)
 
 
 def test_reference_timed_apart_before_the_candidate_loads(cache, tasks):
@@ -2382,6 +2394,8 @@ def test_reference_timed_apart_before_the_candidate_loads(cache, tasks):
     # by another job, under the load of the checks beside it, moved a plain GELU to 1.79x)
     with make_eval(cache, "cpu", reference_timing="apart", reference_retime=0.0, static_check=False) as ev:
         vs = ev.evaluate(seeds + [(tasks[m["TASK"]], code) for code, m in attacks.values()])
+        vs[len(seeds):] = [gain_twice(ev, tasks[m["TASK"]], code, v, 1.5)
+                           for (code, m), v in zip(attacks.values(), vs[len(seeds):])]
     for v in vs[:len(seeds)]:
         assert v.ok and v.ref_ms > 0 and v.new_ms > 0 and v.speedup == pytest.approx(v.ref_ms / v.new_ms), v
     for n, v in zip(attacks, vs[len(seeds):]):
