@@ -331,6 +331,7 @@ def test_progress_bars_leave_no_blank_or_partial_lines():
     assert r.returncode == 0 and screen(r.stdout) == want[1::2] and screen(r.stderr) == want[::2], (r.stdout, r.stderr)
 
 
+@pytest.mark.slow
 def test_workers_and_candidates_import_no_transformers():
     """The forkserver preloads kernels.worker (and with it the harness, timing, the package);
     candidates import kernels; every worker runs the main script's imports again. None may pull
@@ -490,6 +491,7 @@ _KB_SMALL = {(1, 12): dict(M=100, N=70), (1, 19): dict(batch_size=16, dim=1000),
              (2, 76): dict(batch_size=16, in_features=100, out_features=70)}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(SHARED), reason="../shared/kernelbench absent")
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=[gpu, needs_cuda])])
 def test_kernelbench_problems_in_triton(cache, tmp_path, backend):
@@ -2357,6 +2359,7 @@ def _seeds_and_reference_attacks(tasks):
     return seeds, attacks
 
 
+@pytest.mark.slow
 def test_the_paired_mode_keeps_its_own_defences(cache, tasks):
     """--reference_timing=paired (the reference timed in the candidate's process, no longer the
     default): the hacks whose verdict differs by mode get their paired one (EXPECT_PAIRED):
@@ -2381,6 +2384,7 @@ def test_the_paired_mode_keeps_its_own_defences(cache, tasks):
             assert not v.ok or v.speedup <= bound, (n, v.speedup)
 
 
+@pytest.mark.slow
 def test_reference_timed_apart_before_the_candidate_loads(cache, tasks):
     """--reference_timing=apart: the reference is timed alone in the worker before the
     candidate's code is loaded, the candidate alone after its checks. The seeds keep their
@@ -2452,6 +2456,7 @@ def test_the_reference_timer_keeps_few_tasks_and_little_memory():
     assert states == {}
 
 
+@pytest.mark.slow
 def test_reference_timed_in_a_process_of_its_own(cache, tasks):
     """--reference_timing=separate (the default): each round's reference calls are timed by the
     device's reference timer, a process where no candidate code runs, while the candidate's
@@ -2526,6 +2531,7 @@ class ModelNew(nn.Module):
 """
 
 
+@pytest.mark.slow
 def test_the_reference_timer_checks_the_output_where_no_candidate_reached(cache, tasks):
     """--reference_timing=separate: after its timing, the candidate's output on one more input
     set, whose seed the Evaluator picks then, and its outputs on the checks' input sets and on
@@ -2556,6 +2562,7 @@ _SHORTCUT_WITH_KNOWLEDGE = _FULL_KNOWLEDGE.replace('h.cfg["allow_lowp"] = True',
     .replace("return torch.nn.functional.gelu(x.bfloat16()).float()", "return x.clone()")
 
 
+@pytest.mark.slow
 def test_the_reference_timer_checks_the_sets_drawn_from_other_distributions(cache, tmp_path):
     """--reference_timing=separate: the outputs on the sets drawn from other distributions go
     to the timer too, which makes each set from its seed and the distribution's number. A
@@ -2980,6 +2987,7 @@ def test_evaluate_journals_verdicts_and_resumes_after_an_interruption(cache, tmp
     assert "resumed: 0 of 2 verdicts" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_audit_of_published_scores_in_the_cuda_l1_per_gpu_layout(cache, tmp_path, tasks):
     """The CUDA-L1 repository's per-GPU file (one JSON object keyed by level) loads, and
     records with a published score are reported beside our measurement and beside
@@ -3136,6 +3144,7 @@ def test_evaluate_prints_a_real_build_error(cache, tmp_path, monkeypatch, capsys
     assert kernels.builds.cite_py(log, "x\nint y = z;\n", None) == log
 
 
+@pytest.mark.slow
 def test_evaluate_checks_model_mode_inputs_first(tmp_path):
     """A mistyped --exemplars_db ran without exemplars; a missing checkpoint must fail before
     any sampling."""
@@ -3315,6 +3324,7 @@ def test_logprobs_match_a_plain_recomputation(tiny):
         assert torch.allclose(got_left[1, w - n1:], got[1, :n1 - 1], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_compiled_update_computes_what_the_eager_one_does(tiny):
     """--compile_update: decoder layers and the log-prob arithmetic through torch.compile
     give the eager log-probs and gradients within float rounding, on a right-padded batch
@@ -3391,6 +3401,7 @@ def test_fast_sampler_matches_generate_and_scores_its_tokens(tiny):
         assert torch.allclose(again, torch.tensor(lps), atol=1e-4), (again, lps)
 
 
+@pytest.mark.slow
 def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
     """--sampler=compile: the layers' math as two torch.compile'd functions (weights passed
     as tensors, so one compile serves all layers) gives the plain decoder's greedy replies
@@ -3432,6 +3443,7 @@ def test_fused_sampler_layers_compute_what_the_modules_do(tiny):
         del core.layers[0].self_attn.q_norm
 
 
+@pytest.mark.slow
 def test_packed_weights_sample_what_the_modules_do(tiny):
     """--sampler=compile packs each layer's q, k, v (with biases, as Qwen2 has them) and gate,
     up weights into one tensor each (pack()): an inference model packed in place gives the
@@ -5480,6 +5492,7 @@ def test_ablation_writes_markdown_json_and_png(tmp_path):
     assert "| s0 | 2 | 1 | gelu |" in open(paths["md"]).read()
 
 
+@pytest.mark.slow
 def test_evaluate_merge_makes_one_comparison_of_runs_judged_apart(tmp_path):
     """evaluate.py --merge: the comparisons of runs judged apart (one per GPU) give the same
     spread, ratios and per-task table as one comparison of all the runs; a run given twice, or
