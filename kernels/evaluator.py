@@ -477,8 +477,10 @@ class Evaluator:
 
     def _separate_reference(self, r, res):
         """--reference_timing=separate: a timed success's speedup from the rounds the reference
-        timer measured for this job (the median of all it asked for), never from its result.
-        With reference_retime a quiet set of rounds is kept for the task's later jobs."""
+        timer measured for this job (the median of all it asked for) against the candidate's
+        parts of the rounds as the job told them while it held the device (the median of all it
+        told), never from its result; the spread of the speedups no wider than those parts
+        show. With reference_retime a quiet set of rounds is kept for the task's later jobs."""
         if (self.cfg["reference_retime"] > 0 and r.ref_rounds and not (r.reference_reused or r.ref_loaded
                                                                           or r.timer_error)):
             self.timer_rounds[self._rounds_key(r)] = (list(r.ref_rounds), gate.now(), r.ref_call_ms)
@@ -489,14 +491,20 @@ class Evaluator:
                           f"the reference timer failed: {r.timer_error}").result()
         if res.get("status") != "ok" or not res.get("new_ms"):
             return res
-        if not r.ref_rounds or r.check_result is None:
-            return Reject("rejected", "protocol", "a timed success without the reference timer's rounds and check: "
-                          "only the harness may write on the channel").result()
+        # one candidate part a round (the sizing estimate's reference round has none, unless it counted as a round)
+        if not r.new_rounds or not 0 <= len(r.ref_rounds) - len(r.new_rounds) <= 1 or r.check_result is None:
+            return Reject("rejected", "protocol", "a timed success without the reference timer's rounds and check, "
+                          "or without one part of its own a round: only the harness may write on the channel").result()
         if r.check_result[0] == "reject":
             _, status, reason, message = r.check_result
             return Reject(status, reason, message, log=res.get("log", "")).result()
-        ref_ms = verdicts.median(r.ref_rounds)
-        return dict(res, ref_ms=ref_ms, speedup=ref_ms / res["new_ms"])
+        ref_ms, new_ms = verdicts.median(r.ref_rounds), verdicts.median(r.new_rounds)
+        # the rounds in the order they were timed (the timer's first, the sizing estimate's, has no
+        # candidate part told): a spread the result claims wider would widen the second timer's margin
+        told = [a / b for a, b in zip(r.ref_rounds[-len(r.new_rounds):], r.new_rounds)]
+        shown = (max(told) - min(told)) / verdicts.median(told)
+        spread = min(res.get("spread") or 0.0, shown)
+        return dict(res, ref_ms=ref_ms, new_ms=new_ms, speedup=ref_ms / new_ms, spread=spread)
 
     def _reap(self, wait=False):
         """Workers that sent their result: joined once they have exited, killed 30 s after."""

@@ -216,6 +216,15 @@ class WorkerGate:
             raise RuntimeError("the reference timer failed (the Evaluator says why)")
         return ms, (None if load < 0 else load), wall
 
+    def candidate_round(self, ms):
+        """--reference_timing=separate: the median of the candidate's calls in the part of a
+        round just timed, sent before the candidate runs again. The Evaluator keeps what it
+        is told here, part by part, and the candidate's time in the verdict comes from that
+        record: a candidate that rewrote the harness's list of earlier rounds from its own
+        calls (it can reach that list by walking the frames above it) changes nothing the
+        Evaluator already holds."""
+        self.send(("newround", float(ms)))
+
     def _read(self, n):
         data = b""
         while len(data) < n:
@@ -303,6 +312,7 @@ class Running:
         # reference's rounds, the one it asked for and not yet got (runs, flags), and the
         # rounds' times the timer measured (the only reference time its speedup uses)
         self.separate, self.ref_request, self.ref_rounds, self.timer_error = False, None, [], None
+        self.new_rounds = []  # the candidate's part of each round, as the job told it then (candidate_round)
         self.timer_oom = False  # the timer ran out of the GPU's memory for it (the job: again, alone)
         # with reference_retime: the speed flags of its first round (the key its rounds are kept
         # under), whether a round the timer measured for it was under load, whether it was
@@ -386,6 +396,15 @@ class Running:
                         raise verdicts.ProtocolError("a reference round the harness did not ask for")
                     self.ref_request = (a[0], a[1])
                     self.ref_flags = a[1] if self.ref_flags is None else self.ref_flags
+                elif msg[0] == "newround":
+                    # told while it holds the device and no round is with the timer, one a round: a
+                    # round's two parts come in either order, so never more than the timer's rounds
+                    x = msg[1] if len(msg) == 2 else None
+                    if not (self.separate and self.state == "hold" and not self.ref_pending
+                            and self.ref_request is None and type(x) is float and 0 < x < math.inf
+                            and len(self.new_rounds) <= len(self.ref_rounds)):
+                        raise verdicts.ProtocolError("a candidate's round the harness did not time")
+                    self.new_rounds.append(x)
                 elif msg == ("checkseed",):
                     # once a job, after the timing (rounds in, the device given back)
                     if not (self.separate and self.released and self.state in ("run", "pausing")

@@ -649,7 +649,8 @@ def run_job(job):
                         # under the speed-only flags the candidate has set by then, as paired
                         remote = lambda runs: h.gate.reference_round(
                             runs, {k: v for k, v in h.own_flags.items() if k in guards.SPEED_FLAGS})
-                        ref_ms, new_ms, spread = timing.run_timing(h, ref, new, remote=remote)
+                        ref_ms, new_ms, spread = timing.run_timing(h, ref, new, remote=remote,
+                                                                   report=h.gate.candidate_round)
                     else:
                         ref_ms, new_ms, spread = timing.run_timing(h, ref, new)
                 except Reject:

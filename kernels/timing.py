@@ -359,7 +359,7 @@ def reference_round(h, ref_fn, calls, runs, probe=None, quiet=None):
     return median(ts), load if waited is None else max(load or 0.0, 1.0)
 
 
-def run_timing(h, ref, new, ref_ms=None, remote=None):
+def run_timing(h, ref, new, ref_ms=None, remote=None, report=None):
     """h: the worker's Harness; ref, new: the checked models -> (reference ms, candidate ms,
     spread of the per-round speedups). Exceptions from candidate code pass through: the
     caller turns them into verdicts. --reference_timing=apart: new None times the reference
@@ -367,7 +367,9 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
     times the candidate alone against that time (the spot checks still run the reference).
     --reference_timing=separate: remote(runs) -> (ms, load, a call's wall ms) has the reference timer time
     the reference's part of each round, in a process where no candidate code has run, this
-    process stopped meanwhile; a round's two parts in random order."""
+    process stopped meanwhile; a round's two parts in random order. report(ms), given with
+    remote: the median of the candidate's part of each round, told as soon as it is timed (the
+    Evaluator's record of it is what the verdict's candidate time comes from)."""
     cfg = h.cfg
     # --baseline=compile: the reference compiled before the candidate loaded (harness.py);
     # same seed, so the same weights as `ref`
@@ -423,6 +425,8 @@ def run_timing(h, ref, new, ref_ms=None, remote=None):
             before = rng.random() < 0.5
             ms_r, load_r, away[0] = remote(runs) if before else (None, None, away[0])
             tn, load = retried(probe, mine, 0 if disturbed else RETRIES)
+            if report is not None:  # before the candidate runs again: then nothing it does changes it
+                report(median(tn))
             if not before:
                 ms_r, load_r, away[0] = remote(runs)
             disturbed.extend(x for x in (load, load_r) if x is not None)

@@ -115,7 +115,7 @@ JOB_STATUSES = dict(compile=("built", "compile_error", "runtime_error"),
                     run=STATUSES, reference=("ok", "task_error", "runtime_error"))
 CONTROL = {"call": (int, float, type(None)), "acquire": None, "paused": None, "release": None,
            "host": (bool,), "device": None, "reference": (list,), "refround": (list,),
-           "checkseed": None, "checked": (list,)}
+           "newround": (float,), "checkseed": None, "checked": (list,)}
 _NUM = (int, float, type(None))
 RESULT = dict(status=str, reason=str, message=str, log=str, speedup=_NUM, ref_ms=_NUM, new_ms=_NUM,
               spread=_NUM, max_err=_NUM, tol=_NUM, mean_err=_NUM, mean_tol=_NUM, flags=list, set_flags=dict, kernel_calls=int, seconds=dict)
