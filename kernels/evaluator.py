@@ -502,8 +502,7 @@ class Evaluator:
         # the rounds in the order they were timed (the timer's first, the sizing estimate's, has no
         # candidate part told): a spread the result claims wider would widen the second timer's margin
         told = [a / b for a, b in zip(r.ref_rounds[-len(r.new_rounds):], r.new_rounds)]
-        shown = (max(told) - min(told)) / verdicts.median(told)
-        spread = min(res.get("spread") or 0.0, shown)
+        spread = min(res.get("spread") or 0.0, verdicts.spread(told))
         return dict(res, ref_ms=ref_ms, new_ms=new_ms, speedup=ref_ms / new_ms, spread=spread)
 
     def _reap(self, wait=False):

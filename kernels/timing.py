@@ -19,7 +19,7 @@ import time
 import torch
 
 from . import correctness
-from .verdicts import Reject, fresh_seed, median
+from .verdicts import Reject, fresh_seed, median, spread as _spread
 from .correctness import tensors
 
 
@@ -227,10 +227,6 @@ def retried(probe, measure, retries=RETRIES):
         if attempt < retries:
             _SLEEP(0.2 * (attempt + 1))
     return out, load
-
-
-def _spread(xs):
-    return (max(xs) - min(xs)) / median(xs) if xs and median(xs) > 0 else 0.0
 
 
 def flush_buffer(h):

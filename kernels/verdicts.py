@@ -87,6 +87,11 @@ def median(xs):
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
+def spread(xs):
+    """The relative range of the rounds' speedups (or times): (max - min) / median, 0 for none."""
+    return (max(xs) - min(xs)) / median(xs) if xs and median(xs) > 0 else 0.0
+
+
 _URANDOM = os.urandom  # captured at import, before any candidate runs
 
 
