@@ -399,9 +399,9 @@ class Running:
                 elif msg[0] == "newround":
                     # told while it holds the device and no round is with the timer, one a round: a
                     # round's two parts come in either order, so never more than the timer's rounds
-                    x = msg[1] if len(msg) == 2 else None
+                    x = msg[1]  # a float (verdicts.CONTROL)
                     if not (self.separate and self.state == "hold" and not self.ref_pending
-                            and self.ref_request is None and type(x) is float and 0 < x < math.inf
+                            and self.ref_request is None and 0 < x < math.inf
                             and len(self.new_rounds) <= len(self.ref_rounds)):
                         raise verdicts.ProtocolError("a candidate's round the harness did not time")
                     self.new_rounds.append(x)
