@@ -1549,13 +1549,13 @@ class _Batches:
             if names:
                 self.judge(key, names)
 
-    def again(self, name):
-        """The candidate judged once more, alone, in a fresh evaluator with its options."""
+    def again(self, name, v, bound):
+        """gain_twice for a verdict of its batch: judged once more, alone, in a fresh evaluator
+        with its options, where it is ok above `bound`."""
         opts = dict(dict(static_check=False), **dict(ast.literal_eval(self.group(name))))
         _, code, meta = self.files[name]
         with make_eval(self.cache, self.backend, **opts) as ev:
-            [v] = ev.evaluate([(self.tasks[meta["TASK"]], code)])
-        return v
+            return gain_twice(ev, self.tasks[meta["TASK"]], code, v, bound)
 
     def judge(self, key, names):
         from multiprocessing import forkserver
@@ -1654,7 +1654,7 @@ def check_candidate(b, name):
     elif v.ok and v.speedup > meta.get("MAX_SPEEDUP", float("inf")):
         # a gain must happen twice: a trick gains every time, while the 2-core VM's noise once
         # put autograd_state, the reference's own computation, at 1.54x (0.98x as a rule)
-        w = b.again(name)
+        w = b.again(name, v, meta["MAX_SPEEDUP"])
         if w.ok and w.speedup > meta["MAX_SPEEDUP"]:
             failures.append(f"{os.path.basename(f)}: speedup {v.speedup:.2f}, then {w.speedup:.2f} alone, above the "
                             f"{meta['MAX_SPEEDUP']} it can earn honestly")
@@ -2144,6 +2144,17 @@ import torch
 import torch.nn as nn
 
 SEEN = []
+
+
+def peek(path):
+    try:
+        with open(path, errors="ignore") as f:
+            if MARK in f.read(100000):
+                SEEN.append(path)
+    except OSError:
+        pass
+
+
 # where an attacker who read the evaluator looks: every evaluator's job folders and the registry
 # (/tmp/kernels-*), what else /tmp holds at its top, and the other's outputs and results. Not all of
 # /tmp: on a CI machine it holds a virtual environment and pytest's folders, tens of thousands of
@@ -2153,19 +2164,9 @@ SMALL = [os.path.join("/tmp", n) for n in os.listdir("/tmp") if os.path.isfile(o
 for top in [*TOPS, *PLACES]:
     for root, _, files in os.walk(top):
         for name in files:
-            try:
-                with open(os.path.join(root, name), errors="ignore") as f:
-                    if MARK in f.read(100000):
-                        SEEN.append(os.path.join(root, name))
-            except OSError:
-                pass
+            peek(os.path.join(root, name))
 for path in SMALL:
-    try:
-        with open(path, errors="ignore") as f:
-            if MARK in f.read(100000):
-                SEEN.append(path)
-    except OSError:
-        pass
+    peek(path)
 
 
 class ModelNew(nn.Module):
