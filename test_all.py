@@ -1875,7 +1875,8 @@ def test_checks_let_go_of_earlier_outputs_past_a_memory_limit():
 def test_a_worker_that_cannot_start_cuda_says_so(cache, tasks):
     """A CUDA run worker starts CUDA once it is boxed (worker._start_cuda). When that fails,
     the job's verdict names the GPU, not the task or the candidate; out of memory is "oom",
-    which a shared GPU judges again alone."""
+    which a shared GPU judges again alone. The start is host work to the gate (on a GPU it goes
+    on beside another worker's timing; on the CPU it may be stopped anywhere)."""
     from kernels import worker
     with make_eval(cache, "cpu") as ev:
         for err, reason in (("RuntimeError: CUDA error: out of memory", "oom"),
@@ -1886,9 +1887,15 @@ def test_a_worker_that_cannot_start_cuda_says_so(cache, tasks):
             p = ev.ctx.Process(target=worker.child_main, args=("run", child, dict(job, cuda_failed=err)))
             p.start()
             child.close()
-            res = json.loads(parent.recv_bytes())  # the worker's JSON frame
+            frames = []
+            while not isinstance(res := json.loads(parent.recv_bytes()), dict):  # the worker's JSON frames
+                frames.append(res)
+                if res == ["device"]:
+                    os.write(parent.fileno(), b"D")
             p.join(30)
             assert (res["status"], res["reason"]) == ("runtime_error", reason) and err in res["message"], res
+            # its start (the box, CUDA) was host work: no timing on its device waited for it
+            assert frames[:2] == [["host", False], ["device"]], frames
 
 
 def test_parent_prechecks_need_no_worker(cache, tasks):

@@ -101,7 +101,7 @@ class Open:
     def pause_point(self):
         pass
 
-    def host_only(self, during_timing=False):
+    def host_only(self, during_timing=False, device_up=True):
         return contextlib.nullcontext()
 
     def building(self):
@@ -147,14 +147,16 @@ class WorkerGate:
         self._hold(("paused",))
 
     @contextlib.contextmanager
-    def host_only(self, during_timing=False):
+    def host_only(self, during_timing=False, device_up=True):
         """A stretch of host work that launches nothing on the GPU (building a model on the
         host): the Evaluator may stop this worker anywhere inside it instead of waiting for
         the next pause point. during_timing: no candidate code is loaded yet either, so it
         may even go on while another worker times (off that worker's timing cores). On the
         way out it waits for the Evaluator's D, so it never launches GPU work the Evaluator
-        still takes for host work; a pause asked for meanwhile is taken right there."""
-        self.sync()  # nothing of ours left queued
+        still takes for host work; a pause asked for meanwhile is taken right there.
+        device_up False: the worker's start, CUDA not up yet (nothing to synchronize)."""
+        if device_up:
+            self.sync()  # nothing of ours left queued
         if self.cores:
             _AFFINITY(0, self.shared - set(self.cores))
         self.send(("host", during_timing and self.beside))

@@ -249,19 +249,32 @@ def child_main(kind, conn, job):
     fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    # the box (sandbox.py): a reaper of whatever the candidate starts, no network, writes only
-    # in the work folder and the build cache; what the machine refuses, the Evaluator reported
-    if job["cfg"]["sandbox"]:
-        # writable: its own part of the build cache; a run job comparing against torch.compile
-        # also the reference's compiler cache, until its candidate is loaded (harness.py)
-        ref_compile = kind == "run" and job["cfg"]["baseline"] == "compile"
-        sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]] + ([job["reference_cache"]] if ref_compile else []),
-                      job.get("cgroups"), job.get("hidden", ()))
-    if kind == "run" and job["device"] == "cuda":  # after the box: no thread of the worker predates it
-        job["cuda_failed"] = _start_cuda()
-    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     if job.get("cores"):
         os.sched_setaffinity(0, job["cores"])
+    # a run worker shares its device (a GPU, or the CPU) for checks and has it alone for timing
+    # (gate.py); its synchronize and free are CUDA's once CUDA is up in it (below)
+    cuda = job["device"] == "cuda"
+    job["gate"] = gate.WorkerGate(conn.fileno(), lambda msg: _send(conn, msg), lambda: None, job.get("time_cores"),
+                                  lambda: None, beside=cuda) if kind == "run" else gate.Open()
+    # The worker's start is host work (the box; CUDA's context, which runs no kernel; the
+    # extension loader's import: about a second on a GPU): a timing on its device need not wait
+    # for it to reach its first pause point, and on a GPU it goes on beside that timing, off
+    # the timing cores
+    with job["gate"].host_only(during_timing=True, device_up=False):
+        # the box (sandbox.py): a reaper of whatever the candidate starts, no network, writes only
+        # in the work folder and the build cache; what the machine refuses, the Evaluator reported
+        if job["cfg"]["sandbox"]:
+            # writable: its own part of the build cache; a run job comparing against torch.compile
+            # also the reference's compiler cache, until its candidate is loaded (harness.py)
+            ref_compile = kind == "run" and job["cfg"]["baseline"] == "compile"
+            sandbox.enter(job["workdir"], [job["env"]["CUDAL1_CACHE"]] + ([job["reference_cache"]] if ref_compile
+                                                                           else []),
+                          job.get("cgroups"), job.get("hidden", ()))
+        if kind == "run" and cuda:  # after the box: no thread of the worker predates it
+            job["cuda_failed"] = _start_cuda()
+    if kind == "run" and cuda and not job["cuda_failed"]:
+        job["gate"].sync, job["gate"].free = _SYNC, _FREE
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # a print flood ends here
     # CPU time: a process that uses more is killed by SIGXCPU: runtime_error/cpu_time. Each
     # process counts its own here; the Evaluator also stops a job whose processes together
     # used more (its control group).
@@ -269,7 +282,7 @@ def child_main(kind, conn, job):
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     if kind == "compile":  # builds share cores with the checks; the checks feed the GPU first
         os.nice(10)
-    if not (kind != "compile" and job["device"] == "cuda"):  # CUDA maps huge address ranges
+    if not (kind != "compile" and cuda):  # CUDA maps huge address ranges
         # a candidate asking for terabytes gets an error, not the machine's OOM killer
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         resource.setrlimit(resource.RLIMIT_AS, (ram, ram))
@@ -279,11 +292,6 @@ def child_main(kind, conn, job):
     # --reference_timing=apart: the reference's time, told before the candidate loads (the
     # Evaluator takes no other: harness.run_job)
     job["reference_time"] = lambda ms, spread, disturbed: _send(conn, ("reference", [ms, spread, disturbed]))
-    # a run worker shares its device (a GPU, or the CPU) for checks and has it alone for timing (gate.py)
-    cuda = job["device"] == "cuda"
-    job["gate"] = gate.WorkerGate(conn.fileno(), lambda msg: _send(conn, msg), _SYNC if cuda else lambda: None,
-                                  job.get("time_cores"), _FREE if cuda else lambda: None, beside=cuda) \
-        if kind == "run" else gate.Open()
     try:
         if job["device"] == "cpu" and kind == "run":
             _cpu_worker_setup(job)
