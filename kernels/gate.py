@@ -703,11 +703,11 @@ def share_clock(workers):
 
 def gate_share(trace, t0, t1):
     """Evaluator.trace (time, GPU, worker, state) -> {GPU: seconds of [t0, t1] (gate.now()
-    clock) spent timing (a worker holds the GPU), waiting (one asked for it, the others
-    are still on their way to a pause point or the reference timer still checks),
-    checking (the reference timer checks a job's outputs, nobody waits) and other (loading
-    and checking only, or starting up)}: where the time goes when throughput falls short of
-    the timing capacity. The timer's entries have the worker "timer", state round | check | idle."""
+    clock) spent timing (a worker holds the GPU), checking (the reference timer checks a job's
+    outputs, whether or not someone waits for the GPU meanwhile), waiting (one asked for it,
+    the others are still on their way to a pause point) and other (loading and checking only,
+    or starting up)}: where the time goes when throughput falls short of the timing capacity.
+    The timer's entries have the worker "timer", state round | check | idle."""
     out = {}
     for g in sorted({e[1] for e in trace}):
         evs = [e for e in trace if e[1] == g and t0 <= e[0] <= t1]
@@ -715,8 +715,8 @@ def gate_share(trace, t0, t1):
         for (t, _, w, st), nxt in zip(evs, [e[0] for e in evs[1:]] + [t1]):
             states[w] = st
             vals = set(states.values())
-            k = "timing" if "hold" in vals else "waiting" if "wait" in vals else \
-                "checking" if states.get("timer") == "check" else None
+            k = "timing" if "hold" in vals else "checking" if states.get("timer") == "check" else \
+                "waiting" if "wait" in vals else None
             if k:
                 acc[k] += nxt - t
         acc["other"] = (t1 - t0) - acc["timing"] - acc["waiting"] - acc["checking"]
