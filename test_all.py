@@ -2336,6 +2336,9 @@ def check_seeds(cache, tasks, backend, language="auto"):
         assert v.mean_err is not None and v.mean_err <= v.mean_tol, (v.solution, v.mean_err, v.mean_tol)
         # a large speedup is timed twice (kernels/confirm.py); an honest one agrees with itself
         assert (v.confirmed is not None) == (v.speedup >= 1.5), (v.solution, v.speedup, v.confirmed)
+        # each part of the job's time account is a span (a pause before the job's clock began, at
+        # the worker's start, is not taken from its loading)
+        assert all(x >= -1e-3 for x in v.seconds.values()), (v.solution, v.seconds)
     assert any(v.confirmed for v in vs), "no seed was fast enough to be timed a second time"
     if ev.cfg["reference_timing"] == "separate":  # the timer checks outputs only while nobody times
         holds, checks_ = _spans(ev.trace, "hold"), _spans(ev.trace, "check")

@@ -89,7 +89,7 @@ def confirm_job(job):
     """In a worker: time an already accepted candidate again -> dict of Verdict fields."""
     h = harness.Harness(job)
     first = job["confirm"]
-    t0 = h.clock()
+    t0, p0 = h.clock(), h.gate.paused  # (paused at the worker's start, before this: not loading)
     with torch.no_grad():
         try:
             ref, _ = harness.start(h, prebuild=False)
@@ -131,4 +131,4 @@ def confirm_job(job):
     # under load, what the Evaluator says instead of rejecting a disagreement (evaluator.py)
     loaded = dict(flags=["disturbed"], message=f"other processes used {load:.1f} cores' worth of its own") if load else {}
     return dict(status="ok", ref_ms=ref_ms, new_ms=new_ms, spread=spread, **loaded,
-                seconds=dict(confirm_load=t1 - t0 - paused, confirm_time=t2 - t1))
+                seconds=dict(confirm_load=t1 - t0 - (paused - p0), confirm_time=t2 - t1))

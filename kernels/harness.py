@@ -612,7 +612,7 @@ def start(h, prebuild=True):
 def run_job(job):
     """In a worker: judge one candidate on one task -> dict of Verdict fields."""
     h = Harness(job)
-    cfg, t0 = h.cfg, h.clock()
+    cfg, t0, p0 = h.cfg, h.clock(), h.gate.paused  # (paused at the worker's start, before this: not loading)
     res = {}
     with torch.no_grad():
         apart = cfg["time_candidates"] and cfg["reference_timing"] == "apart"
@@ -679,7 +679,7 @@ def run_job(job):
             # each phase without its pauses; the pauses and the waits for the GPU apart (gate.py);
             # apart, the reference's timing is timing, not loading
             tr, wr = h.reference_s, h.reference_wait
-            res["seconds"] = dict(load=t1 - t0 - p1 - tr, check=t2 - t1 - (p2 - p1) + h.clock() - t4 - (h.gate.paused - p4),
+            res["seconds"] = dict(load=t1 - t0 - (p1 - p0) - tr, check=t2 - t1 - (p2 - p1) + h.clock() - t4 - (h.gate.paused - p4),
                                   time=t3 - t2 - wait + tr - wr, wait=h.gate.paused + wait + wr)
             if separate:  # of `time`: waiting for the timer (hand-overs included), and the check's whole step
                 res["seconds"].update(time_timer=h.gate.timer, time_check=h.timer_check_s)
