@@ -145,8 +145,11 @@ def throughput(cfg, pairs):
             if not v.ok:
                 print(f"{label}: {os.path.relpath(v.solution)}: {v.status}/{v.reason}: {v.message}\n{v.log[-1500:]}")
         sec = lambda k: [v.seconds.get(k, 0.0) for v in vs if v.seconds]
+        blocking = {}  # task -> seconds each of its jobs kept a timing waiting (gate._blame's `<step>_blocking`)
+        for v in vs:
+            blocking.setdefault(v.task, []).append(sum(x for k, x in v.seconds.items() if k.endswith("_blocking")))
         rows[label] = dict(n=len(vs), ok=sum(v.ok for v in vs), wall_s=wall, per_min=60 * len(vs) / wall,
-                           each={os.path.relpath(v.solution): v.seconds for v in vs},
+                           each={os.path.relpath(v.solution): v.seconds for v in vs}, blocking=blocking,
                            compile_med=pct(sec("compile"), 0.5), compile_max=max(sec("compile") or [0]),
                            check_med=pct(sec("check"), 0.5), time_med=pct(sec("time"), 0.5),
                            wait_med=pct(sec("wait"), 0.5),
@@ -236,6 +239,12 @@ def throughput(cfg, pairs):
                   ", ".join(f"{v} {mean(k):.3f}" for k, v in names.items()) + f", of {mean('time'):.3f}; "
                   f"after it, the device given back: closing checks {mean('time_after'):.3f}, the timer's check "
                   f"{mean('time_check'):.3f}")
+    for label, r in rows.items():  # what keeps a timing waiting: jobs between pause points, by task
+        total = sum(map(sum, r["blocking"].values()))
+        if total:
+            top = sorted(r["blocking"].items(), key=lambda kv: -sum(kv[1]))[:3]
+            print(f"{label}, jobs that kept a timing waiting: {total:.1f} s in all (stretches overlap), most "
+                  + ", ".join(f"{t} {sum(x) / len(x):.2f} s a job" for t, x in top))
     if hit_ms is not None:
         print(f"build-cache hit (load of an already built kernel, in process): {hit_ms:.2f} ms")
     if iv is not None:
