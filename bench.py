@@ -155,7 +155,6 @@ def throughput(cfg, pairs):
                            wait_med=pct(sec("wait"), 0.5),
                            run_med=pct(sec("run"), 0.5), workers=ev.workers, gpu_share=share,
                            reference_given=ev.reference_given, timer_jobs=list(ev.timer_jobs), device=ev.device,
-                           timer_partials=ev.timer_partials,
                            start_s=start, ready_s=g0 - s0, first_build_s=first("compile", "end"),
                            first_run_s=first("run", "start"), after_start_per_min=60 * len(vs) / (g1 - holds[0]) if holds else None)
     # A build-cache hit inside one process: the cost a worker pays to load a built kernel.
@@ -200,9 +199,8 @@ def throughput(cfg, pairs):
           "waiting for the GPU alone)")
     for label, r in rows.items():
         for g, a in r["gpu_share"].items():
-            tot = sum(a[k] for k in ("timing", "waiting", "checking", "other")) or 1
-            checking = (f", the reference timer checking {a['checking']:.1f} s (a timing waiting for it "
-                        f"{a['checking_waited']:.1f} s)" if a.get("checking") else "")
+            tot = sum(a.values()) or 1
+            checking = f", the reference timer checking {a['checking']:.1f} s" if a.get("checking") else ""
             print(f"{label}, {'GPU' if r['device'] == 'cuda' else 'CPU'} {g}: timing {a['timing']:.1f} s "
                   f"({100 * a['timing'] / tot:.0f}%), waiting for pause points {a['waiting']:.1f} s{checking}, "
                   f"neither (loads, checks, start) {a['other']:.1f} s")
@@ -221,11 +219,11 @@ def throughput(cfg, pairs):
             print(f"{label}, the reference timer: rounds per timed job median {pct(n, 0.5):.0f}, max {max(n)} (a "
                   f"sizing round included; {sum(x > cfg['timing_rounds'] + 1 for x in n)} of {len(n)} jobs with extra "
                   f"rounds), its rounds {pct(rs, 0.5):.2f} s and its check {pct(cs, 0.5):.2f} s a job (medians, "
-                  f"request to answer; its checks gave way to a timing {r['timer_partials']} times)"
-                  + (f"; in the job: waiting for it {pct([e['time_timer'] for e in each], 0.5):.2f}"
-                     f" s, the check's whole step {pct([e['time_check'] for e in each], 0.5):.2f}"
-                     f" s (after the device is given back), a timing phase "
-                     f"{pct([e['time'] for e in each], 0.5):.2f} s" if each else ""))
+                  "request to answer)" + (f"; in the job: waiting for it {pct([e['time_timer'] for e in each], 0.5):.2f}"
+                                          f" s, the check's whole step {pct([e['time_check'] for e in each], 0.5):.2f}"
+                                          f" s (after the device is given back), a timing phase "
+                                          f"{pct([e['time'] for e in each], 0.5):.2f} s"
+                                          if each else ""))
             if each:  # what a hand-over costs: the jobs' waits for the timer less its own work, per round trip
                 # (exact where every job succeeds, as the seeds do: a failed one's waits are not in its seconds)
                 extra = sum(e["time_timer"] for e in each) - sum(rs) - sum(cs)

@@ -978,8 +978,8 @@ def _gate_worker(conn, path, steps, long_step, host=None):
 
 def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
     """bench.py's account of a GPU's time, from the gate's state changes: timing while one
-    worker holds the GPU, checking while the reference timer checks (someone may wait for it:
-    checking_waited), waiting while one asked and the others have not paused yet."""
+    worker holds the GPU, checking while the reference timer checks (someone may wait for it),
+    waiting while one asked and the others have not paused yet."""
     trace = [(1.0, 0, 11, "run"), (1.0, 0, 12, "run"), (2.0, 0, 11, "wait"), (2.5, 0, 12, "pausing"),
              (3.0, 0, 12, "paused"), (3.0, 0, 11, "hold"), (4.0, 0, "timer", "round"), (4.5, 0, "timer", "idle"),
              (5.0, 0, 11, "paused"), (5.0, 0, 12, "run"), (5.0, 0, 11, "run"), (5.5, 0, "timer", "check"),
@@ -989,9 +989,9 @@ def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
              (1.0, 2, 31, "wait"), (1.5, 2, "timer", "check"), (2.5, 2, "timer", "idle"), (3.0, 2, 31, "hold"),
              (4.0, 2, 31, "done")]
     share = gate.gate_share(trace, 0.0, 10.0)
-    assert share[0] == dict(timing=2.5, waiting=1.5, checking=1.0, other=5.0, checking_waited=0.0), share[0]
-    assert share[1] == dict(timing=2.0, waiting=0.0, checking=0.0, other=8.0, checking_waited=0.0), share[1]
-    assert share[2] == dict(timing=1.0, waiting=1.0, checking=1.0, other=7.0, checking_waited=1.0), share[2]
+    assert share[0] == dict(timing=2.5, waiting=1.5, checking=1.0, other=5.0), share[0]
+    assert share[1] == dict(timing=2.0, waiting=0.0, checking=0.0, other=8.0), share[1]
+    assert share[2] == dict(timing=1.0, waiting=1.0, checking=1.0, other=7.0), share[2]
 
 
 def test_a_stopped_worker_runs_no_thread_when_the_other_side_starts():
@@ -1231,7 +1231,6 @@ class _Gated:
         self.state, self.since, self.host, self.stopped, self.going_on = state, since, host, False, False
         self.call_limit, self.deadline, self.job_deadline, self.ticked, self.sharing = call, deadline, job_deadline, None, 1
         self.told, self.blocked, self.blocking, self.ref_pending = [], 0.0, None, False
-        self.in_check = False
 
     held = gate.Running.held
 
@@ -1273,65 +1272,6 @@ def test_gate_defers_for_each_late_worker_within_a_bound(monkeypatch):
     w2._set("paused")
     gate.arbitrate([w0, w1, w2])
     assert w1.state == "hold" and w1.told[-1] == b"G" and w0.stopped and w2.stopped
-
-
-def test_a_job_whose_outputs_the_timer_checks_keeps_no_timing_waiting(monkeypatch):
-    """A job that sent its claims to the reference timer (its device synchronized, waiting for
-    the answer: Running.in_check) is out of a timing's way: while the timer checks (host
-    "want", Evaluator._checking) nothing is granted; once the check has given way, the one
-    waiting gets the device at once, the checked job stopped; the wait is not laid on it."""
-    clock = [1000.0]
-    monkeypatch.setattr(gate, "now", lambda: clock[0])
-    c, w = _Gated("run", 999.0), _Gated("wait", 999.5)
-    c.in_check = True
-    gate.arbitrate([c, w], "want")
-    assert c.state == "pausing" and c.told == [b"P"] and w.state == "wait"
-    clock[0] += 2 * gate.DEFER_AFTER
-    gate.arbitrate([c, w], "want")  # the timer still on its claim
-    assert w.state == "wait" and not c.going_on
-    gate.arbitrate([c, w])  # the check gave way (worker._timer_checks' partial answer)
-    assert w.state == "hold" and w.told[-1] == b"G" and c.stopped
-    assert c.blocked == 0.0 and w.blocked == 0.0
-
-
-def test_the_timers_check_gives_way_claim_by_claim_and_ends_as_in_one_go(tmp_path):
-    """worker._timer_checks asked to give way (a timing waits for the device) stops after the
-    claim it is on and answers the claims judged; asked again for the rest, part by part, it
-    reaches the verdict it reaches in one go: ok on the reference's own outputs, and a wrong
-    output among the last claims still rejected."""
-    from kernels import harness, worker, checks
-    path = tmp_path / "small_linear.py"  # weights, built from each claim's seed
-    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self, n):\n"
-                    "        super().__init__()\n        self.fc = nn.Linear(n, n)\n\n    def forward(self, x):\n"
-                    "        return torch.relu(self.fc(x))\n\n\ndef get_inputs():\n    return [torch.randn(16, 64)]\n\n\n"
-                    "def get_init_inputs():\n    return [64]\n")
-    t = taskset.load_tasks(str(path))[0]
-    job = dict(cfg=dict(config.DEFAULTS), device="cpu", workdir=str(tmp_path), task_code=t.code,
-               task_hash=t.hash, seed=1234)
-    h = harness.Harness(job)
-    h.load_task()
-    weights = h.seeds()[1:]
-    claims, outs = [], []
-    with torch.no_grad():
-        for w in weights:
-            m = h.build(h.task.Model, w)
-            for s in (11, 12):
-                outs.append(m(*h.inputs(s)))
-                claims.append(dict(w=w, s=s, spot=False, d=0, c=checks.claim(
-                    outs[-1], s, checks.TIMER_SAMPLES if not claims else checks.CLAIM_SAMPLES)))
-    wrong = claims[:-1] + [dict(claims[-1], c=checks.claim(outs[-1] + 1.0, 12, checks.CLAIM_SAMPLES))]
-    assert worker._timer_checks(h, claims, weights) == ("ok",)
-    assert worker._timer_checks(h, wrong, weights)[:3] == ("reject", "incorrect", "mismatch")
-    for cs, verdict in ((claims, ("ok",)), (wrong, ("reject", "incorrect", "mismatch"))):
-        done, parts = set(), []
-        while True:
-            got = worker._timer_checks(h, cs, weights, done, lambda: True)
-            parts.append(got)
-            if got[0] != "partial":
-                break
-            assert set(got[1]) > done and len(got[1]) == len(done) + 1, (got, done)  # one claim a part
-            done = set(got[1])
-        assert parts[-1][:len(verdict)] == verdict and len(parts) == len(cs), parts
 
 
 def test_call_deadlines_run_on_the_workers_share_of_the_gpu(monkeypatch):

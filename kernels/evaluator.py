@@ -68,7 +68,6 @@ class _Timer:
     def __init__(self, proc, conn):
         self.proc, self.conn, self.busy, self.since = proc, conn, None, 0.0
         self.what = "round"  # what it was asked for: a timing round or a check
-        self.claims, self.pause_asked = None, False  # a check's claims; whether it was asked to give way
 
     def stop(self, stop=True):
         """Stopped between its rounds: a timing's two processes each run only in their turn
@@ -179,7 +178,6 @@ class Evaluator:
         # separate: per timed job, (the rounds the timer measured for it, seconds they took there from
         # request to answer, seconds its check took there): where the mode's time goes (bench.py)
         self.timer_jobs = []
-        self.timer_partials = 0  # separate: the times a timer's check gave way to a timing (and went on later)
         self._groups = []  # (a job's limits.JobGroup, its worker): removed once it exited and was judged
         self.memory = int(self.cfg["job_memory_gb"] * 2**30) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         self._clean_stale()
@@ -403,14 +401,9 @@ class Evaluator:
             r.ref_pending = False
             self.trace.append((gate.now(), g, "timer", "idle"))
             r.timer_s[t.what == "check"] += gate.now() - t.since
-            if t.what == "check" and reply[0] == "partial":  # it gave way to a timing: the rest later
-                t.stop()
-                r.check_claim, r.check_done = t.claims, list(reply[1])
-                self.timer_partials += 1
-                continue
             if t.what == "check" and reply[0] in ("ok", "reject"):
                 t.stop()
-                r.check_result, r.in_check, t.claims = reply, False, None
+                r.check_result = reply
                 r.stop(False)
                 r.tell(b"C")
                 continue
@@ -431,20 +424,13 @@ class Evaluator:
                 r.timer_error = str(reply[1])
             r.stop(False)
             r.tell(b"C" if t.what == "check" else b"T" + data)
-        for g, t in self._timers.items():  # a check gives way to a job that waits for its device
-            if t.busy is not None and t.what == "check" and not t.pause_asked and any(
-                    a.kind == "run" and a.gpu == g and a.state == "wait" for a in active):
-                with contextlib.suppress(OSError):  # (one that died is seen at its answer)
-                    t.conn.send(("pause",))
-                t.pause_asked = True
         for r in active:
-            # a round for the job holding its device; a check once nobody holds that device or
-            # waits for it (the job has given it back: the check is not timed; no timing starts
-            # while it runs, and it gives way to one asked for meanwhile at its next claim,
-            # worker._timer_checks)
+            # a round for the job holding its device; a check once nobody holds that device (the
+            # job has given it back: the check is not timed, and no timing starts while it runs,
+            # since the job stopped meanwhile is not at a pause point)
             if r.ref_pending or not ((r.ref_request is not None and r.state == "hold") or (
                     r.check_claim is not None and r.state != "hold" and not any(
-                        a.kind == "run" and a.gpu == r.gpu and a.state in ("hold", "wait") for a in active))):
+                        a.kind == "run" and a.gpu == r.gpu and a.state == "hold" for a in active))):
                 continue
             kept = self._kept_rounds(r) if r.ref_request is not None else None
             if kept:  # --reference_retime: an earlier job's rounds, in turn; the timer is not asked
@@ -465,8 +451,7 @@ class Evaluator:
                 r.ref_request, t.what = None, "round"
                 msg = ("round", task, runs, flags)
             else:  # the candidate's claims (checks.timer_check), the check's seed's first
-                msg = ("check", task, r.check_claim, r.check_done)
-                t.claims, t.pause_asked = r.check_claim, False
+                msg = ("check", task, r.check_claim)
                 r.check_claim, t.what = None, "check"
             r.ref_pending = True
             r.stop(True)  # all of the candidate's process (and its job's group) while the reference runs
@@ -474,12 +459,6 @@ class Evaluator:
             self.trace.append((t.since, r.gpu, "timer", t.what))
             t.stop(False)
             t.conn.send(msg)
-
-    def _checking(self, g):
-        """"want" while device g's reference timer checks a job's outputs (arbitrate grants
-        nothing meanwhile), else None."""
-        t = self._timers.get(g)
-        return "want" if t is not None and t.busy is not None and t.what == "check" else None
 
     def _rounds_key(self, r):
         return r.item["job"]["task_hash"], r.gpu, tuple(sorted((r.ref_flags or {}).items()))
@@ -856,9 +835,8 @@ class Evaluator:
                     if r.kind == "compile":            # started since `timing` was read only join)
                         r.stop(timing)
                 for g in range(len(self.gpus)):  # (on the CPU the host waits for every run job to end)
-                    # (nor while the reference timer checks on it: it gives way at its next claim)
                     gate.arbitrate([r for r in active if r.kind == "run" and r.gpu == g],
-                                   (host.state if self.device == "cuda" else None) or self._checking(g))
+                                   host.state if self.device == "cuda" else None)
                     gate.share_clock([r for r in active if r.kind == "run" and r.gpu == g])
                 for r in active:  # over a limit the evaluator watches (limits.JobGroup): stopped now
                     if r.group and r.group.over_limit(r.proc.pid, memory=r.state != "hold"):

@@ -259,8 +259,7 @@ class WorkerGate:
     def checked(self, claims):
         """The candidate's outputs (checks.timer_check's claims: on that set first) to the
         Evaluator, which has the timer judge them against its reference once nobody times on
-        this device, this process stopped meanwhile (its device synchronized first: the gate
-        counts it out of a timing's way until the answer)."""
+        this device, this process stopped meanwhile (and no timing starts until it is done)."""
         t = time.perf_counter()
         self.sync()
         self.send(("checked", claims))
@@ -327,9 +326,6 @@ class Running:
         # the timer's check (checks.timer_check): the seed given, the claim to hand over, the
         # timer's answer (("ok",) | ("reject", status, reason, message))
         self.check_seed, self.check_claim, self.check_result = None, None, None
-        # its claims are in (the device synchronized, the worker waits for the answer: out of a
-        # timing's way, arbitrate) and not yet answered; the indices of claims judged so far
-        self.in_check, self.check_done = False, []
         self.released = False  # its timing is over (the device given back): the timer's check may come
         self.claims_expected = 0  # of checked input sets (verdicts.check_claims)
         os.set_blocking(self.fd, False)
@@ -425,7 +421,7 @@ class Running:
                             and self.check_claim is None and self.check_result is None and not self.ref_pending
                             and verdicts.claims_fit(msg[1], self.check_seed, self.claims_expected)):
                         raise verdicts.ProtocolError("a check the harness did not ask for")
-                    self.check_claim, self.in_check = msg[1], True
+                    self.check_claim = msg[1]
                 elif msg == ("device",):
                     self.host = None
                     self.tell(b"D")  # it waits for this before any GPU work
@@ -642,14 +638,13 @@ def _arbitrate(workers, host=None):
                 w.stop(False)
             w.going_on = False
         return
-    # Out of the way of a timing: paused, waiting, in host-only work (WorkerGate.host_only), or
-    # waiting for the reference timer's check of its outputs (its device synchronized)
-    aside = lambda w: w.state in ("paused", "wait") or (w.state == "pausing" and (w.host or w.in_check))
+    # Out of the way of a timing: paused, waiting, or in host-only work (WorkerGate.host_only)
+    aside = lambda w: w.state in ("paused", "wait") or (w.state == "pausing" and w.host)
     # A worker still in a long candidate call (a first call that autotunes or builds: tens of
     # seconds) would keep the ones already paused idle all that while: they go on meanwhile and
     # pause again when it is there, as often as one is late, in the first DEFER_FOR seconds of
     # the wait (after that the one waiting is not put off again).
-    late = [w for w in workers if _on_its_way(w) and now() - w.since > DEFER_AFTER]
+    late = [w for w in workers if w.state == "pausing" and not w.host and now() - w.since > DEFER_AFTER]
     if late and not holder and now() - waiting[0].since < DEFER_FOR:
         for w in workers:
             if w.state == "paused" and not w.stopped:
@@ -665,7 +660,7 @@ def _arbitrate(workers, host=None):
             w._set("pausing")
         if holder and w.state != "hold" and aside(w) and w.host != "run":
             w.stop()  # one that paused, or began host work, during a timing
-        elif not holder and _on_its_way(w) and not w.ref_pending:
+        elif not holder and w.state == "pausing" and not w.host and not w.ref_pending:
             w.stop(False)  # stopped in host work that has ended since: on to its pause point
     if holder or host or not all(aside(w) for w in workers):
         return
@@ -688,13 +683,7 @@ def _blame(workers):
     for w in workers:
         if w.blocking is not None:
             w.blocked += t - w.blocking
-        w.blocking = t if someone_waits and _on_its_way(w) else None
-
-
-def _on_its_way(w):
-    """Asked to pause and still running candidate code: not yet at a pause point, in host-only
-    work, or waiting for its check."""
-    return w.state == "pausing" and not w.host and not w.in_check
+        w.blocking = t if someone_waits and w.state == "pausing" and not w.host else None
 
 
 def share_clock(workers):
@@ -717,15 +706,12 @@ def gate_share(trace, t0, t1):
     clock) spent timing (a worker holds the GPU), checking (the reference timer checks a job's
     outputs, whether or not someone waits for the GPU meanwhile), waiting (one asked for it,
     the others are still on their way to a pause point) and other (loading and checking only,
-    or starting up)}: where the time goes when throughput falls short of the timing capacity;
-    and, apart from those four, checking_waited: the part of checking while a job waited for
-    the device (the check gives way to it at its next claim). The timer's entries have the
-    worker "timer", state round | check | idle."""
+    or starting up)}: where the time goes when throughput falls short of the timing capacity.
+    The timer's entries have the worker "timer", state round | check | idle."""
     out = {}
     for g in sorted({e[1] for e in trace}):
         evs = [e for e in trace if e[1] == g and t0 <= e[0] <= t1]
         states, acc = {}, dict(timing=0.0, waiting=0.0, checking=0.0)
-        waited = 0.0
         for (t, _, w, st), nxt in zip(evs, [e[0] for e in evs[1:]] + [t1]):
             states[w] = st
             vals = set(states.values())
@@ -733,8 +719,6 @@ def gate_share(trace, t0, t1):
                 "waiting" if "wait" in vals else None
             if k:
                 acc[k] += nxt - t
-            waited += (nxt - t) * (k == "checking" and "wait" in vals)
         acc["other"] = (t1 - t0) - acc["timing"] - acc["waiting"] - acc["checking"]
-        acc["checking_waited"] = waited
         out[g] = acc
     return out

@@ -58,12 +58,8 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
     speed-only flags the candidate set) -> ("ok", median ms, other processes' load or None) |
     ("error", why); None ends it. Each task's reference model, input pool and flush buffer are
     made at its first round (the same construction, seed and inputs as a job's) and kept for
-    its next candidates, the last few tasks at most. A check ("check", task job, claims,
-    indices of claims already judged) gives way to a timing: asked to pause (("pause",), sent
-    while another job waits for the device), it stops after the claim it is on, with the
-    device synchronized, and answers ("partial", indices judged so far); the Evaluator asks
-    again for the rest once nobody waits. The Evaluator's messages are pickled: they come from
-    the Evaluator only, never from a candidate's worker."""
+    its next candidates, the last few tasks at most. The Evaluator's messages are pickled:
+    they come from the Evaluator only, never from a candidate's worker."""
     sandbox.leave_evaluator_channels()
     os.setsid()
     # stopped between rounds, it could not act on a polite signal: killed outright if its
@@ -91,8 +87,6 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
             os._exit(0)
         if msg is None:
             os._exit(0)
-        if msg == ("pause",):  # for a check that ended before it read this: nothing to pause
-            continue
         what, job = msg[0], msg[1]
         try:
             st = states.pop(job["task_hash"], None)
@@ -102,9 +96,7 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
             states[job["task_hash"]] = st
             h, ref, calls = st
             if what == "check":
-                asked = lambda: conn.poll() and conn.recv() == ("pause",)  # (only the Evaluator writes here)
-                conn.send(_timer_checks(h, msg[2], harness.weight_seeds(job["seed"], h.cfg)[1:], set(msg[3]),
-                                        asked, torch.cuda.synchronize if cuda else lambda: None))
+                conn.send(_timer_checks(h, msg[2], harness.weight_seeds(job["seed"], h.cfg)[1:]))
                 continue
             runs, flags = msg[2:]
             h.own_flags = dict(flags)  # reference_flags keeps the speed-only ones (as a paired timing does)
@@ -126,7 +118,7 @@ def timer_main(conn, env, cores, workdir, box, hidden=()):
             conn.send(("error", f"{type(e).__name__}: {e}"[:300]))
 
 
-def _timer_checks(h, claims, weights, done=frozenset(), asked=lambda: False, sync=lambda: None):
+def _timer_checks(h, claims, weights):
     """The timer's check (checks.timer_check): each claim {w: weight seed, s: input seed, spot,
     d: another distribution's number or 0, c: the claim} against its reference, built from that
     seed as the job built its candidate (one of the job's `weights`; the timer's own Harness may
@@ -134,17 +126,8 @@ def _timer_checks(h, claims, weights, done=frozenset(), asked=lambda: False, syn
     run_checks does), in the task's dtype and in float64; a spot check's (a timed call's tensors,
     flattened) within twice the tolerance, as the worker's own spot check; a drawn set's failure
     is input_distribution, and one where the reference fails or is not finite is no check
-    -> ("ok",) | ("reject", status, reason, message). done: indices of claims judged in an
-    earlier part; asked(): whether a timing waits for the device, looked at once a claim is
-    judged (at least one a part, so that each part gets on) and the device is quiet (sync):
-    then -> ("partial", indices judged so far)."""
-    n, done = len(claims), set(done)
-    progressed = False
-
-    def gives_way():  # a pause point, once this part has judged a claim: nothing of it left on the device
-        if progressed:
-            sync()
-        return progressed and asked()
+    -> ("ok",) | ("reject", status, reason, message)."""
+    n = len(claims)
     try:
         with torch.no_grad():
             ref = ref64 = None
@@ -152,18 +135,12 @@ def _timer_checks(h, claims, weights, done=frozenset(), asked=lambda: False, syn
                 if w not in weights:
                     return ("reject", "rejected", "protocol", "a check claimed on weights no check uses: only the "
                                                               "harness may write on the channel")
-                if all(i in done for i, c in enumerate(claims) if c["w"] == w):
-                    continue
                 ref = ref64 = None
-                if gives_way():  # (before the next models move to the device)
-                    return ("partial", sorted(done))
                 ref = h.build(h.task.Model, w)
                 ref64 = correctness.float64_copy(ref)
                 for i, c in enumerate(claims):
-                    if c["w"] != w or i in done:
+                    if c["w"] != w:
                         continue
-                    if gives_way():
-                        return ("partial", sorted(done))
                     xs = h.inputs(c["s"])
                     drawn = checks.draw_into(xs, c["d"])  # as run_checks drew it
                     what = ("a timed call's inputs" if c["spot"] else "a checked input set"
@@ -175,14 +152,10 @@ def _timer_checks(h, claims, weights, done=frozenset(), asked=lambda: False, syn
                     except Exception as e:
                         if not drawn or correctness.gpu_out_of_memory(e):
                             raise
-                        done.add(i)
-                        progressed = True
                         continue  # the reference fails on these values: they say nothing (run_checks alike)
                     if c["spot"]:
                         r32, r64 = correctness.tensors(r32), correctness.tensors(r64)
                     if drawn and not checks.finite(r32):
-                        done.add(i)
-                        progressed = True
                         continue  # not finite on them (a log of normal values): nothing to compare
                     try:
                         checks.compare_claim(c["c"], r32, r64, c["s"], h.dev, h.cfg["allow_lowp"], where,
@@ -194,8 +167,6 @@ def _timer_checks(h, claims, weights, done=frozenset(), asked=lambda: False, syn
                         if not h.cfg["allow_distribution_shortcut"]:  # (allowed: the job's own check flags it)
                             checks.distribution_shortcut(h, failure, where)  # raises input_distribution
                     r32 = r64 = xs = None
-                    done.add(i)
-                    progressed = True
         return ("ok",)
     except verdicts.Reject as e:
         return ("reject", e.status, e.reason, e.message)
