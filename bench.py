@@ -199,8 +199,9 @@ def throughput(cfg, pairs):
           "waiting for the GPU alone)")
     for label, r in rows.items():
         for g, a in r["gpu_share"].items():
-            tot = sum(a.values()) or 1
-            checking = f", the reference timer checking {a['checking']:.1f} s" if a.get("checking") else ""
+            tot = sum(a[k] for k in ("timing", "waiting", "checking", "other")) or 1
+            checking = (f", the reference timer checking {a['checking']:.1f} s (a timing waiting for it "
+                        f"{a['checking_waited']:.1f} s)" if a.get("checking") else "")
             print(f"{label}, {'GPU' if r['device'] == 'cuda' else 'CPU'} {g}: timing {a['timing']:.1f} s "
                   f"({100 * a['timing'] / tot:.0f}%), waiting for pause points {a['waiting']:.1f} s{checking}, "
                   f"neither (loads, checks, start) {a['other']:.1f} s")

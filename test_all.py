@@ -978,8 +978,8 @@ def _gate_worker(conn, path, steps, long_step, host=None):
 
 def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
     """bench.py's account of a GPU's time, from the gate's state changes: timing while one
-    worker holds the GPU, checking while the reference timer checks (someone may wait for it),
-    waiting while one asked and the others have not paused yet."""
+    worker holds the GPU, checking while the reference timer checks (someone may wait for it:
+    checking_waited), waiting while one asked and the others have not paused yet."""
     trace = [(1.0, 0, 11, "run"), (1.0, 0, 12, "run"), (2.0, 0, 11, "wait"), (2.5, 0, 12, "pausing"),
              (3.0, 0, 12, "paused"), (3.0, 0, 11, "hold"), (4.0, 0, "timer", "round"), (4.5, 0, "timer", "idle"),
              (5.0, 0, 11, "paused"), (5.0, 0, 12, "run"), (5.0, 0, 11, "run"), (5.5, 0, "timer", "check"),
@@ -989,9 +989,9 @@ def test_gate_share_splits_a_run_into_timing_waiting_and_the_rest():
              (1.0, 2, 31, "wait"), (1.5, 2, "timer", "check"), (2.5, 2, "timer", "idle"), (3.0, 2, 31, "hold"),
              (4.0, 2, 31, "done")]
     share = gate.gate_share(trace, 0.0, 10.0)
-    assert share[0] == dict(timing=2.5, waiting=1.5, checking=1.0, other=5.0), share[0]
-    assert share[1] == dict(timing=2.0, waiting=0.0, checking=0.0, other=8.0), share[1]
-    assert share[2] == dict(timing=1.0, waiting=1.0, checking=1.0, other=7.0), share[2]
+    assert share[0] == dict(timing=2.5, waiting=1.5, checking=1.0, other=5.0, checking_waited=0.0), share[0]
+    assert share[1] == dict(timing=2.0, waiting=0.0, checking=0.0, other=8.0, checking_waited=0.0), share[1]
+    assert share[2] == dict(timing=1.0, waiting=1.0, checking=1.0, other=7.0, checking_waited=1.0), share[2]
 
 
 def test_a_stopped_worker_runs_no_thread_when_the_other_side_starts():

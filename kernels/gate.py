@@ -706,12 +706,15 @@ def gate_share(trace, t0, t1):
     clock) spent timing (a worker holds the GPU), checking (the reference timer checks a job's
     outputs, whether or not someone waits for the GPU meanwhile), waiting (one asked for it,
     the others are still on their way to a pause point) and other (loading and checking only,
-    or starting up)}: where the time goes when throughput falls short of the timing capacity.
-    The timer's entries have the worker "timer", state round | check | idle."""
+    or starting up)}: where the time goes when throughput falls short of the timing capacity;
+    and, apart from those four, checking_waited: the part of checking while a job waited for
+    the device (no timing starts while the timer checks). The timer's entries have the worker
+    "timer", state round | check | idle."""
     out = {}
     for g in sorted({e[1] for e in trace}):
         evs = [e for e in trace if e[1] == g and t0 <= e[0] <= t1]
         states, acc = {}, dict(timing=0.0, waiting=0.0, checking=0.0)
+        waited = 0.0
         for (t, _, w, st), nxt in zip(evs, [e[0] for e in evs[1:]] + [t1]):
             states[w] = st
             vals = set(states.values())
@@ -719,6 +722,8 @@ def gate_share(trace, t0, t1):
                 "waiting" if "wait" in vals else None
             if k:
                 acc[k] += nxt - t
+            waited += (nxt - t) * (k == "checking" and "wait" in vals)
         acc["other"] = (t1 - t0) - acc["timing"] - acc["waiting"] - acc["checking"]
+        acc["checking_waited"] = waited
         out[g] = acc
     return out
