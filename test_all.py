@@ -2334,8 +2334,11 @@ def check_seeds(cache, tasks, backend, language="auto"):
         assert ("input_independent" in v.flags) == (v.task == "gemm_max_subtract_gelu"), v.solution
         assert v.kernel_calls > 0, f"{v.solution} never calls its own kernel"
         assert v.mean_err is not None and v.mean_err <= v.mean_tol, (v.solution, v.mean_err, v.mean_tol)
-        # a large speedup is timed twice (kernels/confirm.py); an honest one agrees with itself
-        assert (v.confirmed is not None) == (v.speedup >= 1.5), (v.solution, v.speedup, v.confirmed)
+        # a large speedup is timed twice (kernels/confirm.py); an honest one agrees with itself. One
+        # timed large under another process's load (flagged disturbed), lower when timed again
+        # quietly, keeps the second measurement's numbers, confirmed (Evaluator._confirmed)
+        assert (v.confirmed is not None) == (v.speedup >= 1.5 or "without load: the second stands" in v.message), \
+            (v.solution, v.speedup, v.confirmed, v.message)
         # each part of the job's time account is a span (a pause before the job's clock began, at
         # the worker's start, is not taken from its loading)
         assert all(x >= -1e-3 for x in v.seconds.values()), (v.solution, v.seconds)
