@@ -2474,6 +2474,27 @@ def test_the_reference_timer_keeps_few_tasks_and_little_memory():
     assert states == {}
 
 
+def test_a_jobs_quiet_rounds_are_kept_once_its_timing_is_over(cache):
+    """--reference_retime: a job's timer rounds are kept for its task's later jobs as soon as it
+    gives the device back (Evaluator._keep_rounds, each loop), not when its check and the rest
+    of its job are over: a later job that times meanwhile is given them. Rounds under load, or
+    given from an earlier job, are not kept."""
+    from types import SimpleNamespace
+    job = lambda h, rounds=(1.0, 1.1): SimpleNamespace(
+        rounds_kept=False, released=False, ref_rounds=list(rounds), reference_reused=False, ref_loaded=False,
+        timer_error=None, ref_call_ms=0.5, ref_flags={}, item=dict(job=dict(task_hash=h)), gpu=0)
+    with kernels.Evaluator(dict(cache_dir=cache, device="cpu", reference_retime=60.0)) as ev:
+        quiet, loaded, given = job("a"), job("b"), job("c")
+        loaded.ref_loaded, given.reference_reused = True, True
+        ev._keep_rounds(quiet)
+        assert not ev.timer_rounds  # still timing
+        for r in (quiet, loaded, given):
+            r.released = True
+            ev._keep_rounds(r)
+        assert list(ev.timer_rounds) == [("a", 0, ())] and ev.timer_rounds[("a", 0, ())][0] == [1.0, 1.1]
+        assert ev._kept_rounds(job("a", ()))[0] == [1.0, 1.1] and ev._kept_rounds(job("b", ())) is None
+
+
 @pytest.mark.slow
 def test_reference_timed_in_a_process_of_its_own(cache, tasks):
     """--reference_timing=separate (the default): each round's reference calls are timed by the

@@ -425,6 +425,8 @@ class Evaluator:
             r.stop(False)
             r.tell(b"C" if t.what == "check" else b"T" + data)
         for r in active:
+            self._keep_rounds(r)
+        for r in active:
             # a round for the job holding its device; a check once nobody holds that device (the
             # job has given it back: the check is not timed, and no timing starts while it runs,
             # since the job stopped meanwhile is not at a pause point)
@@ -460,6 +462,18 @@ class Evaluator:
             t.stop(False)
             t.conn.send(msg)
 
+    def _keep_rounds(self, r):
+        """--reference_timing=separate with reference_retime: r's rounds, if the timer measured
+        them quiet, kept for its task's later jobs (_kept_rounds), once, as soon as its timing is
+        over (the device given back): its check and the rest of its job change nothing in them,
+        and a later job of the task that times meanwhile is given them."""
+        if r.rounds_kept or not r.released:
+            return
+        r.rounds_kept = True
+        if (self.cfg["reference_retime"] > 0 and r.ref_rounds and not (r.reference_reused or r.ref_loaded
+                                                                          or r.timer_error)):
+            self.timer_rounds[self._rounds_key(r)] = (list(r.ref_rounds), gate.now(), r.ref_call_ms)
+
     def _rounds_key(self, r):
         return r.item["job"]["task_hash"], r.gpu, tuple(sorted((r.ref_flags or {}).items()))
 
@@ -481,9 +495,7 @@ class Evaluator:
         parts of the rounds as the job told them while it held the device (the median of all it
         told), never from its result; the spread of the speedups no wider than those parts
         show. With reference_retime a quiet set of rounds is kept for the task's later jobs."""
-        if (self.cfg["reference_retime"] > 0 and r.ref_rounds and not (r.reference_reused or r.ref_loaded
-                                                                          or r.timer_error)):
-            self.timer_rounds[self._rounds_key(r)] = (list(r.ref_rounds), gate.now(), r.ref_call_ms)
+        self._keep_rounds(r)  # (a job that ended before it gave the device back keeps none)
         if r.ref_rounds:
             self.timer_jobs.append((len(r.ref_rounds), *r.timer_s))
         if r.timer_error:

@@ -327,6 +327,7 @@ class Running:
         # timer's answer (("ok",) | ("reject", status, reason, message))
         self.check_seed, self.check_claim, self.check_result = None, None, None
         self.released = False  # its timing is over (the device given back): the timer's check may come
+        self.rounds_kept = False  # its rounds were looked at for keeping (Evaluator._keep_rounds)
         self.claims_expected = 0  # of checked input sets (verdicts.check_claims)
         os.set_blocking(self.fd, False)
 
