@@ -424,7 +424,7 @@ class Evaluator:
                 r.timer_error = str(reply[1])
             r.stop(False)
             r.tell(b"C" if t.what == "check" else b"T" + data)
-        for r in active:
+        for r in active:  # first, all of them: a job asking now is given rounds released in this loop
             self._keep_rounds(r)
         for r in active:
             # a round for the job holding its device; a check once nobody holds that device (the
@@ -495,7 +495,7 @@ class Evaluator:
         parts of the rounds as the job told them while it held the device (the median of all it
         told), never from its result; the spread of the speedups no wider than those parts
         show. With reference_retime a quiet set of rounds is kept for the task's later jobs."""
-        self._keep_rounds(r)  # (a job that ended before it gave the device back keeps none)
+        self._keep_rounds(r)  # (its release may have come in the loop it ended in)
         if r.ref_rounds:
             self.timer_jobs.append((len(r.ref_rounds), *r.timer_s))
         if r.timer_error:
